@@ -1,0 +1,39 @@
+"""resilient_session: a drop-in requests.Session that retries safely and bounds time."""
+
+from __future__ import annotations
+
+from .adapter import ResilientAdapter
+from .attempt import Reason, Verdict
+from .breaker import BreakerState
+from .clock import SYSTEM_CLOCK, Clock, SystemClock
+from .config import Config, load
+from .deadline import deadline, remaining
+from .errors import CircuitOpenError, ConfigError, DeadlineExceeded
+from .hosts import HostHealth, HostRegistry
+from .redact import redact_url
+from .render import json_processors, log_json_lines
+from .session import UNSET, ResilientSession
+
+__all__ = [
+    "SYSTEM_CLOCK",
+    "UNSET",
+    "BreakerState",
+    "CircuitOpenError",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "DeadlineExceeded",
+    "HostHealth",
+    "HostRegistry",
+    "Reason",
+    "ResilientAdapter",
+    "ResilientSession",
+    "SystemClock",
+    "Verdict",
+    "deadline",
+    "json_processors",
+    "load",
+    "log_json_lines",
+    "redact_url",
+    "remaining",
+]

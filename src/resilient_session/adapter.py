@@ -1,0 +1,169 @@
+"""ResilientAdapter: an HTTPAdapter whose ``send`` runs the tries of one request."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from .attempt import Attempt, Call, Outcome
+from .body import read_body
+from .clock import SYSTEM_CLOCK, Clock
+from .config import Config, load
+from .deadline import current_scope
+from .hosts import HostRegistry
+from .pipeline import Next, drive
+from .redact import sensitive_names
+from .stages import standard_chain
+
+# RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+_REPLAYABLE_BODIES = (str, bytes, bytearray)
+
+
+class ResilientAdapter(HTTPAdapter):
+    """An ``HTTPAdapter`` that retries, bounds time and guards each host.
+
+    ``send`` runs every try of one request through the pipeline; each try goes out through
+    ``HTTPAdapter.send``, so tools that patch it (``responses``) see every try. requests'
+    default ``Retry(0, read=False)`` stays beneath, so urllib3 never retries on its own.
+
+    Args:
+        config: as for :func:`resilient_session.config.load`; ignored when *registry* is given.
+        registry: per-host state to share, for example with the session that mounts this.
+        clock: the source of time.
+        rng: the source of jitter.
+        **kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``, ...).
+    """
+
+    def __init__(
+        self,
+        config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        *,
+        registry: HostRegistry | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        self.attach(registry if registry is not None else self._fresh_registry(load(config)))
+
+    @property
+    def registry(self) -> HostRegistry:
+        return self._registry
+
+    def attach(self, registry: HostRegistry) -> None:
+        """Keep per-host state in *registry* from now on."""
+        self._registry = registry
+        redact = sensitive_names(registry.config.events.redact_params)
+        self._chain: Next = standard_chain(
+            self._transport, clock=self._clock, rng=self._rng, redact=redact
+        )
+
+    def _fresh_registry(self, config: Config) -> HostRegistry:
+        return HostRegistry(config, clock=self._clock, rng=self._rng)
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: bool | str = True,
+        cert: Any = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """Send *request*, retrying as the host's policy allows; returns or raises as
+        ``HTTPAdapter.send`` would for the last real try."""
+        call = start_call(
+            request,
+            registry=self._registry,
+            clock=self._clock,
+            stream=stream,
+            timeout=timeout,
+            verify=verify,
+            cert=cert,
+            proxies=proxies,
+        )
+        return drive(self._chain, Attempt.first(call), self._clock).unwrap()
+
+    def _transport(self, attempt: Attempt) -> Outcome:
+        """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
+        call = attempt.call
+        try:
+            response = super().send(
+                attempt.request,
+                stream=call.stream,
+                timeout=attempt.timeout,
+                verify=call.verify,
+                cert=call.cert,
+                proxies=call.proxies,
+            )
+        except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
+            return Outcome(error=exc)
+        if not call.stream:
+            try:
+                read_body(response, call.deadline_at, self._clock)
+            except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
+                response.close()
+                return Outcome(error=exc)
+        return Outcome(response=response)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[call-overload]
+        state["_resilience"] = (self._registry.config, self._clock, self._rng)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Config survives pickling; breakers and budgets start afresh (requests' __attrs__ rule).
+        config, self._clock, self._rng = state.pop("_resilience")
+        super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
+        self.attach(self._fresh_registry(config))
+
+
+def start_call(
+    request: requests.PreparedRequest,
+    *,
+    registry: HostRegistry,
+    clock: Clock,
+    stream: bool = False,
+    timeout: Any = None,
+    verify: bool | str = True,
+    cert: Any = None,
+    proxies: Mapping[str, str] | None = None,
+) -> Call:
+    """The values one ``send`` keeps across its tries: host state, deadline, replay safety."""
+    now = clock.monotonic()
+    state = registry.for_url(request.url or "")
+    policy = state.policy
+    scope = current_scope()
+    deadline_at = scope.at if scope is not None else None
+    default = policy.deadline.default
+    if default is not None and (scope is None or scope.use_default):
+        deadline_at = now + default if deadline_at is None else min(deadline_at, now + default)
+    if timeout is None:
+        # The one deliberate difference from requests: a try never waits forever.
+        timeout = (policy.timeout.connect, policy.timeout.read)
+    method = (request.method or "GET").upper()
+    return Call(
+        request=request,
+        method=method,
+        host=state.key,
+        state=state,
+        stream=stream,
+        timeout=timeout,
+        verify=verify,
+        cert=cert,
+        proxies=proxies,
+        deadline_at=deadline_at,
+        started_at=now,
+        idempotent=method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers,
+        replayable=request.body is None or isinstance(request.body, _REPLAYABLE_BODIES),
+    )

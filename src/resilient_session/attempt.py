@@ -1,0 +1,151 @@
+"""The frozen values that flow through the pipeline: a call, an attempt, an outcome, a decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+if TYPE_CHECKING:
+    from .breaker import BreakerState
+    from .hosts import HostState
+
+
+class Verdict(str, Enum):
+    """What happens after a try."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    GIVE_UP = "give_up"
+    FAIL_FAST = "fail_fast"
+
+
+class Reason(str, Enum):
+    """Why; the fixed set of ``reason`` values in ``http.try`` events."""
+
+    OK = "ok"
+    TRANSIENT = "transient"
+    OVERLOAD = "overload"
+    NOT_RETRYABLE = "not_retryable"
+    NOT_IDEMPOTENT = "not_idempotent"
+    BODY_NOT_REPLAYABLE = "body_not_replayable"
+    MAX_ATTEMPTS = "max_attempts"
+    RETRY_AFTER_TOO_LONG = "retry_after_too_long"
+    BREAKER_OPEN = "breaker_open"
+    DEADLINE = "deadline"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    DEADLINE_SPENT = "deadline_spent"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, its reason, and for a retry the seconds to wait first."""
+
+    verdict: Verdict
+    reason: Reason
+    wait: float = 0.0
+
+
+# What an outcome says until a stage decides: terminal, so a chain without a decide stage
+# never loops.
+UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one try ended: a response or an error, never both, plus what was decided.
+
+    Errors travel as values; only :meth:`unwrap` turns them back into a raised exception.
+    """
+
+    response: requests.Response | None = None
+    error: Exception | None = None
+    decision: Decision = UNDECIDED
+    # Set when the try was refused locally (breaker open, deadline spent) and never left.
+    refused: Reason | None = None
+    breaker: BreakerState | None = None
+    # For a refused later try: the last real try, which is what the caller gets.
+    fallback: Outcome | None = None
+
+    @property
+    def status(self) -> int | None:
+        return self.response.status_code if self.response is not None else None
+
+    def with_decision(self, decision: Decision) -> Outcome:
+        return Outcome(
+            self.response, self.error, decision, self.refused, self.breaker, self.fallback
+        )
+
+    def with_breaker(self, state: BreakerState) -> Outcome:
+        return Outcome(self.response, self.error, self.decision, self.refused, state, self.fallback)
+
+    def unwrap(self) -> requests.Response:
+        """The response the caller gets, or raise the exception the caller sees."""
+        if self.refused is not None and self.fallback is not None:
+            return self.fallback.unwrap()
+        if self.error is not None:
+            raise self.error
+        if self.response is None:  # pragma: no cover - an Outcome always holds one of the two
+            raise RuntimeError("outcome holds neither a response nor an error")
+        return self.response
+
+    def discard(self) -> None:
+        """Drain and close a response that will be retried, so its connection is pooled again.
+
+        The body is kept, as requests keeps it when following a redirect, so a response that
+        later becomes the call's result still reads normally.
+        """
+        response = self.response
+        if response is None:
+            return
+        try:
+            _ = response.content
+        except requests.RequestException:
+            pass
+        finally:
+            response.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What stays the same across the tries of one ``adapter.send``."""
+
+    request: requests.PreparedRequest
+    method: str
+    host: str
+    state: HostState
+    stream: bool
+    timeout: Any
+    verify: bool | str
+    cert: Any
+    proxies: Mapping[str, str] | None
+    deadline_at: float | None
+    started_at: float
+    idempotent: bool
+    replayable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a call: its number, and the request and timeout it sends."""
+
+    call: Call
+    number: int
+    request: requests.PreparedRequest
+    timeout: Any
+    last_real: Outcome | None = None
+
+    @classmethod
+    def first(cls, call: Call) -> Attempt:
+        return cls(call, 1, call.request, call.timeout)
+
+    def next(self, outcome: Outcome) -> Attempt:
+        """The attempt after *outcome*, remembering the last try that really went out."""
+        last_real = outcome if outcome.refused is None else self.last_real
+        return Attempt(self.call, self.number + 1, self.call.request, self.call.timeout, last_real)
+
+    def sending(self, request: requests.PreparedRequest, timeout: Any) -> Attempt:
+        return Attempt(self.call, self.number, request, timeout, self.last_real)

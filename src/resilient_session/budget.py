@@ -1,0 +1,71 @@
+"""The per-host retry budget: a token bucket that first tries fill and retries drain."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .clock import Clock
+from .config import BudgetPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSnapshot:
+    """A consistent read of a bucket."""
+
+    tokens: float
+    first_tries: int
+    retries: int
+    exhausted: int
+
+
+class TokenBucket:
+    """Each first try deposits ``ratio`` tokens, each retry withdraws one whole token.
+
+    ``min_per_second`` refills a small reserve over time and ``max_tokens`` caps bursts, so
+    over any stretch of time: retries <= ratio * first_tries + max_tokens
+    + min_per_second * elapsed. In a full outage the upstream sees about (1 + ratio) tries
+    per logical call, however many attempts a caller allows.
+    """
+
+    def __init__(self, policy: BudgetPolicy, clock: Clock) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens = float(policy.max_tokens)
+        self._refilled_at = clock.monotonic()
+        self._first_tries = 0
+        self._retries = 0
+        self._exhausted = 0
+
+    def deposit(self) -> None:
+        """Credit one first try."""
+        with self._lock:
+            self._refill()
+            self._first_tries += 1
+            self._tokens = min(self._policy.max_tokens, self._tokens + self._policy.ratio)
+
+    def try_withdraw(self) -> bool:
+        """Take one token for a retry; False, and nothing taken, when less than one is left."""
+        with self._lock:
+            self._refill()
+            if self._tokens < 1.0:
+                self._exhausted += 1
+                return False
+            self._tokens -= 1.0
+            self._retries += 1
+            return True
+
+    def _refill(self) -> None:
+        now = self._clock.monotonic()
+        rate = self._policy.min_per_second
+        if rate and now > self._refilled_at:
+            self._tokens = min(
+                self._policy.max_tokens, self._tokens + (now - self._refilled_at) * rate
+            )
+        self._refilled_at = max(now, self._refilled_at)
+
+    def snapshot(self) -> BudgetSnapshot:
+        with self._lock:
+            self._refill()
+            return BudgetSnapshot(self._tokens, self._first_tries, self._retries, self._exhausted)

@@ -1,0 +1,123 @@
+"""Per-host state (breaker, budget, merged policy) in a bounded, thread-safe registry."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .breaker import BreakerState, CircuitBreaker
+from .budget import TokenBucket
+from .clock import SYSTEM_CLOCK, Clock
+from .config import Config, HostPolicy
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """Everything kept for one ``scheme://host:port``."""
+
+    key: str
+    policy: HostPolicy
+    breaker: CircuitBreaker
+    bucket: TokenBucket
+
+
+@dataclass(frozen=True, slots=True)
+class HostHealth:
+    """A read-only view of one host, as a service's /health endpoint would show it."""
+
+    breaker: BreakerState
+    open_for: float
+    tokens: float
+    calls: int
+    tries: int
+    retries: int
+    failures: int
+    rejected: int
+    budget_exhausted: int
+
+
+def host_key(url: str) -> tuple[str, str, int]:
+    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
+    except ValueError:
+        port = 0
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}", host, port
+
+
+class HostRegistry:
+    """Per-host state for one session, least recently used hosts evicted past ``max_hosts``.
+
+    Two sessions share breakers and budgets only when handed the same registry.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config if config is not None else Config()
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
+        self._max_hosts = self.config.registry.max_hosts
+        self._lock = threading.Lock()
+        self._hosts: OrderedDict[str, HostState] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._hosts)
+
+    def for_url(self, url: str) -> HostState:
+        """The state of the host *url* points at, created on first use."""
+        key, host, port = host_key(url)
+        with self._lock:
+            state = self._hosts.get(key)
+            if state is not None:
+                self._hosts.move_to_end(key)
+                return state
+        # Matching and building happen outside the lock; a racing thread's entry wins.
+        policy = self.config.for_host(host, port)
+        fresh = HostState(
+            key,
+            policy,
+            CircuitBreaker(key, policy.breaker, self._clock, self._rng),
+            TokenBucket(policy.budget, self._clock),
+        )
+        with self._lock:
+            state = self._hosts.setdefault(key, fresh)
+            self._hosts.move_to_end(key)
+            while len(self._hosts) > self._max_hosts:
+                self._hosts.popitem(last=False)
+            return state
+
+    def health(self) -> dict[str, HostHealth]:
+        """A snapshot per host, most recently used last."""
+        with self._lock:
+            states = list(self._hosts.values())
+        result = {}
+        for state in states:
+            breaker = state.breaker.snapshot()
+            budget = state.bucket.snapshot()
+            result[state.key] = HostHealth(
+                breaker=breaker.state,
+                open_for=breaker.open_for,
+                tokens=budget.tokens,
+                calls=budget.first_tries,
+                tries=breaker.tries,
+                retries=budget.retries,
+                failures=breaker.failures,
+                rejected=breaker.rejected,
+                budget_exhausted=budget.exhausted,
+            )
+        return result

@@ -1,0 +1,43 @@
+"""The pipeline's shape: middleware, their composition, and the one loop that drives tries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeAlias
+
+from .attempt import Attempt, Outcome, Verdict
+from .clock import Clock
+
+Next: TypeAlias = Callable[[Attempt], Outcome]
+
+
+class Middleware(Protocol):
+    """One stage: runs once per try, around the stages inside it."""
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome: ...
+
+
+def compose(middlewares: Sequence[Middleware], transport: Next) -> Next:
+    """Chain *middlewares* around *transport*; the first one is the outermost."""
+    handler = transport
+    for middleware in reversed(middlewares):
+        handler = _link(middleware, handler)
+    return handler
+
+
+def _link(middleware: Middleware, call_next: Next) -> Next:
+    # One scope per link, so each closure keeps its own call_next.
+    return lambda attempt: middleware(attempt, call_next)
+
+
+def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:
+    """Run tries until a decision is final; the only loop and the only place that sleeps."""
+    while True:
+        outcome = handler(attempt)
+        decision = outcome.decision
+        if decision.verdict is not Verdict.RETRY:
+            return outcome
+        outcome.discard()
+        if decision.wait > 0:
+            clock.sleep(decision.wait)
+        attempt = attempt.next(outcome)

@@ -1,0 +1,106 @@
+"""ResilientSession: a requests.Session whose adapters retry safely and bound time."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from typing import Any, Final
+
+import requests
+
+from .adapter import ResilientAdapter
+from .clock import SYSTEM_CLOCK, Clock
+from .config import Config, load
+from .deadline import deadline as deadline_scope
+from .hosts import HostHealth, HostRegistry
+
+
+class _Unset:
+    """The default of ``deadline=``: distinct from None, which means "no deadline"."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset()
+
+
+class ResilientSession(requests.Session):
+    """A drop-in ``requests.Session``: write it where ``requests.Session()`` was.
+
+    Every call is retried only when that is safe, waits with full-jitter backoff or the
+    upstream's Retry-After, stays within its deadline, and goes through a per-host retry
+    budget and circuit breaker.
+
+    Args:
+        config: a path to a YAML file, a mapping, a loaded ``Config``, or None: the file in
+            ``RESILIENT_SESSION_CONFIG`` when set, else the built-in defaults.
+        clock: the source of time (tests pass ``resilient_session.testing.FakeClock``).
+        rng: the source of jitter.
+        registry: per-host state to share with another session; by default each session
+            has its own.
+
+    Raises:
+        ConfigError: the configuration is invalid; the message names the key.
+
+    Example::
+
+        with ResilientSession() as session:
+            session.get("https://api.example.com/items", deadline=2.0)
+    """
+
+    __attrs__ = [*requests.Session.__attrs__, "config", "_clock", "_rng"]  # noqa: RUF012
+
+    def __init__(
+        self,
+        config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        registry: HostRegistry | None = None,
+    ) -> None:
+        super().__init__()
+        if registry is not None and config is not None:
+            raise ValueError("pass config or registry, not both: a registry carries its config")
+        self.config: Config = registry.config if registry is not None else load(config)
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        self.registry = (
+            registry
+            if registry is not None
+            else HostRegistry(self.config, clock=clock, rng=self._rng)
+        )
+        for prefix in ("https://", "http://"):
+            self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
+
+    def request(
+        self,
+        method: str | bytes,
+        url: str | bytes,
+        *args: Any,
+        deadline: float | _Unset | None = UNSET,
+        **kwargs: Any,
+    ) -> requests.Response:
+        """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
+
+        The deadline spans every try, wait and redirect hop; the earliest of it, any
+        enclosing ``with deadline()`` and the configured default wins. ``deadline=None``
+        switches the configured default off for this call.
+        """
+        if isinstance(deadline, _Unset):
+            return super().request(method, url, *args, **kwargs)
+        with deadline_scope(deadline, clock=self._clock):
+            return super().request(method, url, *args, **kwargs)
+
+    def health(self) -> dict[str, HostHealth]:
+        """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
+        return self.registry.health()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
+        # One fresh registry for the adapters this session mounted, as at construction.
+        self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
+        for adapter in self.adapters.values():
+            if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
+                adapter.attach(self.registry)

@@ -1,0 +1,52 @@
+"""The breaker stage: the host's breaker admits or refuses each try and records its result."""
+
+from __future__ import annotations
+
+from resilient_session.attempt import Attempt, Outcome, Reason
+from resilient_session.breaker import BreakerState, TryResult
+from resilient_session.classify import is_transient_error
+from resilient_session.errors import CircuitOpenError
+from resilient_session.events import emit_transition
+from resilient_session.pipeline import Next
+
+
+def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
+    """Fail fast while the host's breaker is open; otherwise send and count the result."""
+    breaker = attempt.call.state.breaker
+    permit, opened_to_probe = breaker.allow()
+    emit_transition(opened_to_probe)
+    if permit is None:
+        error = CircuitOpenError(
+            f"circuit breaker for {breaker.host} is open; the call was not sent",
+            request=attempt.request,
+        )
+        return Outcome(
+            error=error,
+            refused=Reason.BREAKER_OPEN,
+            breaker=BreakerState.OPEN,
+            fallback=attempt.last_real,
+        )
+    result = TryResult.NEUTRAL
+    try:
+        outcome = call_next(attempt)
+        result = try_result(outcome)
+    finally:
+        # Always recorded, so a half-open probe slot is never leaked by an exception.
+        state, transition = breaker.record(permit, result)
+    emit_transition(transition)
+    return outcome.with_breaker(state)
+
+
+def try_result(outcome: Outcome) -> TryResult:
+    """What a try says about the host's health.
+
+    Failures are transport errors, timeouts and 5xx. Any other answer proves the host alive,
+    429 included: a throttling host said when to come back. A try refused locally, or failed
+    for a reason of ours (TLS, a bad URL), says nothing either way.
+    """
+    if outcome.refused is not None:
+        return TryResult.NEUTRAL
+    status = outcome.status
+    if status is not None:
+        return TryResult.FAILURE if status >= 500 else TryResult.SUCCESS
+    return TryResult.FAILURE if is_transient_error(outcome.error) else TryResult.NEUTRAL

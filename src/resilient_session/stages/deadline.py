@@ -1,0 +1,73 @@
+"""The deadline stage: fail fast when the deadline is spent, clamp timeouts, send the header."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+from urllib3.util import Timeout as Urllib3Timeout
+
+from resilient_session.attempt import Attempt, Outcome, Reason
+from resilient_session.clock import Clock
+from resilient_session.errors import DeadlineExceeded
+from resilient_session.pipeline import Next
+
+
+class EnforceDeadline:
+    """Innermost: each try's connect and read timeouts never outlast the call's deadline."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        call = attempt.call
+        deadline_at = call.deadline_at
+        if deadline_at is None:
+            return call_next(attempt)
+        remaining = deadline_at - self._clock.monotonic()
+        if remaining <= 0:
+            error = DeadlineExceeded(
+                f"deadline for {call.method} {call.host} spent before try {attempt.number}",
+                request=attempt.request,
+            )
+            return Outcome(error=error, refused=Reason.DEADLINE_SPENT, fallback=attempt.last_real)
+        connect, read = split_timeout(attempt.timeout)
+        connect_cut = connect is None or connect > remaining
+        read_cut = read is None or read > remaining
+        timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
+        request = attempt.request
+        header = call.state.policy.deadline.header
+        if header is not None:
+            # A copy, so the caller's prepared request is never changed.
+            request = request.copy()
+            request.headers[header] = str(int(remaining * 1000))
+        outcome = call_next(attempt.sending(request, timeout))
+        timed_out = outcome.error
+        if isinstance(timed_out, requests.Timeout) and not isinstance(timed_out, DeadlineExceeded):
+            cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
+            if cut:
+                exceeded = DeadlineExceeded(
+                    f"deadline for {call.method} {call.host} ran out during try "
+                    f"{attempt.number}: {timed_out}",
+                    request=attempt.request,
+                )
+                exceeded.__cause__ = timed_out
+                return Outcome(error=exceeded)
+        return outcome
+
+
+def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
+    """``(connect, read)`` seconds from any timeout requests accepts; None means no limit."""
+    if isinstance(timeout, Urllib3Timeout):
+        return _seconds(timeout.connect_timeout), _seconds(timeout.read_timeout)
+    if isinstance(timeout, tuple | list) and len(timeout) == 2:
+        return _seconds(timeout[0]), _seconds(timeout[1])
+    value = _seconds(timeout)
+    return value, value
+
+
+def _seconds(value: Any) -> float | None:
+    # urllib3's DEFAULT_TIMEOUT sentinel and None both mean "no limit of the caller's".
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None

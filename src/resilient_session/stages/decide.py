@@ -1,0 +1,77 @@
+"""The decide stage: the tier of each outcome, the wait before a retry, and whether it fits."""
+
+from __future__ import annotations
+
+import random
+
+from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
+from resilient_session.breaker import BreakerState
+from resilient_session.classify import Tier, classify, is_connect_failure
+from resilient_session.clock import Clock
+from resilient_session.errors import DeadlineExceeded
+from resilient_session.pipeline import Next
+
+_SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
+
+
+def _give_up(reason: Reason) -> Decision:
+    return Decision(Verdict.GIVE_UP, reason)
+
+
+class Decide:
+    """Decides each try; the give-up reasons are checked in the order the contract fixes."""
+
+    def __init__(self, clock: Clock, rng: random.Random) -> None:
+        self._clock = clock
+        self._rng = rng
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        outcome = call_next(attempt)
+        return outcome.with_decision(self.decide(attempt, outcome))
+
+    def decide(self, attempt: Attempt, outcome: Outcome) -> Decision:
+        if outcome.refused is not None:
+            return Decision(Verdict.FAIL_FAST, outcome.refused)
+        call = attempt.call
+        policy = call.state.policy.retry
+        tier = classify(outcome, policy)
+        if tier is Tier.SUCCESS:
+            return _SUCCESS
+        if tier is Tier.NEVER:
+            return _give_up(Reason.NOT_RETRYABLE)
+        if not call.idempotent and not is_connect_failure(outcome.error):
+            return _give_up(Reason.NOT_IDEMPOTENT)
+        if not call.replayable:
+            return _give_up(Reason.BODY_NOT_REPLAYABLE)
+        if attempt.number >= policy.max_attempts:
+            return _give_up(Reason.MAX_ATTEMPTS)
+        if tier is Tier.OVERLOAD:
+            reason = Reason.OVERLOAD
+            asked = self._retry_after(outcome)
+            if asked is not None and asked > policy.retry_after_cap:
+                return _give_up(Reason.RETRY_AFTER_TOO_LONG)
+            wait = (
+                asked
+                if asked is not None
+                else overload_backoff(
+                    attempt.number, policy.backoff_base, policy.backoff_cap, self._rng
+                )
+            )
+        else:
+            reason = Reason.TRANSIENT
+            wait = full_jitter(attempt.number, policy.backoff_base, policy.backoff_cap, self._rng)
+        if outcome.breaker is BreakerState.OPEN:
+            return _give_up(Reason.BREAKER_OPEN)
+        if isinstance(outcome.error, DeadlineExceeded):
+            return _give_up(Reason.DEADLINE)
+        if call.deadline_at is not None and self._clock.monotonic() + wait >= call.deadline_at:
+            return _give_up(Reason.DEADLINE)
+        return Decision(Verdict.RETRY, reason, wait)
+
+    def _retry_after(self, outcome: Outcome) -> float | None:
+        # RFC 9110 §10.2.3; honoured only on the overload statuses, ignored elsewhere.
+        response = outcome.response
+        if response is None:
+            return None
+        return parse_retry_after(response.headers.get("Retry-After"), self._clock.wall())

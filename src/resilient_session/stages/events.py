@@ -1,0 +1,24 @@
+"""The events stage: exactly one ``http.try`` event per try, carrying its final decision."""
+
+from __future__ import annotations
+
+from resilient_session.attempt import Attempt, Outcome
+from resilient_session.clock import Clock
+from resilient_session.events import listening, log, try_fields
+from resilient_session.pipeline import Next
+
+
+class EmitEvents:
+    """Outermost, so the event sees every inner stage's word on the try."""
+
+    def __init__(self, clock: Clock, redact: frozenset[str]) -> None:
+        self._clock = clock
+        self._redact = redact
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        outcome = call_next(attempt)
+        if listening():
+            log.info(
+                "http.try", **try_fields(attempt, outcome, self._clock.monotonic(), self._redact)
+            )
+        return outcome
