@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import requests
 import structlog
 from structlog.testing import capture_logs
 
-from resilient_session.testing import FakeClock
+from resilient_session.adapter import start_call
+from resilient_session.attempt import Attempt, Outcome
+from resilient_session.config import load
+from resilient_session.deadline import deadline as deadline_scope
+from resilient_session.hosts import HostRegistry, HostState
+from resilient_session.pipeline import drive
+from resilient_session.stages import standard_chain
+from resilient_session.testing import FakeClock, ScriptedTransport, Step
 
 
 @pytest.fixture
@@ -36,3 +44,62 @@ def _unconfigured_structlog() -> Iterator[None]:
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+
+
+class Harness:
+    """One host's chain on a fake clock: ``run(*steps)`` drives one call through all stages."""
+
+    def __init__(self, clock: FakeClock, rng: random.Random, config: dict[str, Any] | None = None):
+        self.clock = clock
+        self.rng = rng
+        self.registry = HostRegistry(load(config or {}), clock=clock, rng=rng)
+
+    def run(
+        self,
+        *steps: Step,
+        method: str = "GET",
+        url: str = "http://svc.test/items",
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        latency: float = 0.0,
+        timeout: Any = None,
+        deadline: float | None = None,
+    ) -> tuple[Outcome, ScriptedTransport]:
+        transport = ScriptedTransport(self.clock, *steps, latency=latency)
+        chain = standard_chain(transport, clock=self.clock, rng=self.rng)
+        outcome = drive(
+            chain, self.first_attempt(method, url, headers, body, timeout, deadline), self.clock
+        )
+        return outcome, transport
+
+    def first_attempt(
+        self,
+        method: str = "GET",
+        url: str = "http://svc.test/items",
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        timeout: Any = None,
+        deadline: float | None = None,
+    ) -> Attempt:
+        request = requests.Request(method, url, headers=headers, data=body).prepare()
+        if deadline is None:
+            call = start_call(request, registry=self.registry, clock=self.clock, timeout=timeout)
+        else:
+            with deadline_scope(deadline, clock=self.clock):
+                call = start_call(
+                    request, registry=self.registry, clock=self.clock, timeout=timeout
+                )
+        return Attempt.first(call)
+
+    def host(self, url: str = "http://svc.test/items") -> HostState:
+        return self.registry.for_url(url)
+
+
+@pytest.fixture
+def harness(clock: FakeClock, rng: random.Random) -> Callable[..., Harness]:
+    """Build a Harness with an optional config dict."""
+
+    def build(config: dict[str, Any] | None = None) -> Harness:
+        return Harness(clock, rng, config)
+
+    return build

@@ -124,8 +124,10 @@ class CircuitBreaker:
                 return self._state, None
             if permit.probe:
                 self._probes -= 1
-                return self._state, self._after_probe(result)
-            return self._state, self._after_closed_try(result)
+                transition = self._after_probe(result)
+            else:
+                transition = self._after_closed_try(result)
+            return self._state, transition
 
     def _after_probe(self, result: TryResult) -> Transition | None:
         if result is TryResult.SUCCESS:

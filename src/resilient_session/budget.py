@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from .clock import Clock
 from .config import BudgetPolicy
 
+# Ten deposits of 0.1 sum to 0.9999999999999999; they must still buy one retry.
+_EPSILON = 1e-9
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetSnapshot:
@@ -49,10 +52,10 @@ class TokenBucket:
         """Take one token for a retry; False, and nothing taken, when less than one is left."""
         with self._lock:
             self._refill()
-            if self._tokens < 1.0:
+            if self._tokens < 1.0 - _EPSILON:
                 self._exhausted += 1
                 return False
-            self._tokens -= 1.0
+            self._tokens = max(0.0, self._tokens - 1.0)
             self._retries += 1
             return True
 

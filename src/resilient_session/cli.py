@@ -1,26 +1,412 @@
-"""The command line: ``resilient-session check CONFIG``."""
+"""The command line: ``resilient-session get | check | stats | demo``."""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
+from urllib.parse import urlsplit
+
+import msgspec
+import requests
+import yaml
+from urllib3.exceptions import MaxRetryError
 
 from .config import load
 from .errors import ConfigError
+from .redact import redact_url
+from .render import log_json_lines
+from .session import ResilientSession
+from .stats import StatsAggregator
+
+PROG = "resilient-session"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_EPILOG = """\
+exit codes:
+  0  success (get: the final response was 2xx or 3xx)
+  1  the request failed (get: a non-2xx final status, or an error such as a refused
+     connection, a spent deadline or an open circuit breaker)
+  2  bad usage or bad config (unknown flag, bad URL, bad header, unreadable or invalid file)
+
+Errors are one line on stderr. `get` and `demo` write one JSON event per try to stderr.
+"""
+
+# RFC 9110 §5.6.2: a field name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line instead of the usage block and a message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 1 failed, 2 bad usage or config)."""
-    parser = argparse.ArgumentParser(prog="resilient-session")
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="validate a config file")
-    check.add_argument("config")
-    args = parser.parse_args(argv)
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.run(args))
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing left worth saying, and nowhere to say it.
+        _silence_stdout()
+        return EXIT_FAILED
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(
+        prog=PROG,
+        description="A resilient requests.Session, from the command line.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    get = commands.add_parser(
+        "get",
+        help="send one request through the stack: body to stdout, events to stderr",
+        description="Send one request through ResilientSession, like a small curl.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    get.add_argument("url", metavar="URL", help="an absolute http:// or https:// URL")
+    get.add_argument(
+        "-X",
+        "--request",
+        dest="method",
+        metavar="METHOD",
+        help="the method (default GET, or POST with -d)",
+    )
+    get.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a request header; repeatable",
+    )
+    get.add_argument("-d", "--data", metavar="DATA", help="the request body, sent as given")
+    get.add_argument("--config", metavar="FILE", help="a YAML config (default: built-in)")
+    get.add_argument(
+        "--deadline",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="seconds for the whole call, every try and wait included",
+    )
+    get.set_defaults(run=_run_get)
+
+    check = commands.add_parser(
+        "check",
+        help="validate a config file; with --host, print the policy that host gets",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("config", metavar="CONFIG", help="the YAML file to validate")
+    check.add_argument(
+        "--host", metavar="HOST", help="host, host:port, [ipv6]:port or a URL (bare host: port 443)"
+    )
+    check.add_argument("--json", action="store_true", help="print the policy as JSON")
+    check.set_defaults(run=_run_check)
+
+    stats = commands.add_parser(
+        "stats",
+        help="per-host figures from JSON event lines",
+        description="Read http.try and breaker.transition JSON lines; print per-host figures. "
+        "Other lines are skipped and counted. p50/p99 are within 1%% of the exact value.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    stats.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help="the event lines (default: stdin, also -)",
+    )
+    stats.add_argument("--json", action="store_true", help="print one JSON document")
+    stats.set_defaults(run=_run_stats)
+
+    demo = commands.add_parser(
+        "demo",
+        help="walk through every behaviour against an embedded flaky upstream on loopback",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument(
+        "--stdout", action="store_true", help="stream the JSON events to stdout instead of stderr"
+    )
+    demo.set_defaults(run=_run_demo)
+    return parser
+
+
+# -- get ---------------------------------------------------------------------------------------
+
+
+def _run_get(args: argparse.Namespace) -> int:
+    url = _checked_url(args.url)
+    headers = dict(_parse_header(raw) for raw in args.header)
+    config = load(args.config)
+    method = (args.method or ("POST" if args.data is not None else "GET")).upper()
+    if not _TOKEN.match(method):
+        raise UsageError(f"bad method {args.method!r}")
+    data = args.data.encode() if args.data is not None else None
+    log_json_lines(sys.stderr)
+    shown = f"{method} {redact_url(url)}"
+    with ResilientSession(config) as session:
+        try:
+            response = session.request(
+                method, url, headers=headers, data=data, deadline=args.deadline
+            )
+        except requests.RequestException as exc:
+            return _fail(f"{shown}: {type(exc).__name__}: {_error_text(exc)}{_tries(session)}")
+    sys.stdout.buffer.write(response.content)
+    sys.stdout.flush()
+    if not 200 <= response.status_code < 400:
+        return _fail(f"{shown}: HTTP {response.status_code} {response.reason}{_tries(session)}")
+    return EXIT_OK
+
+
+def _checked_url(url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        raise UsageError(f"bad URL {url!r}: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"bad URL {url!r}: give an absolute http:// or https:// URL")
+    return url
+
+
+def _parse_header(raw: str) -> tuple[str, str]:
+    name, colon, value = raw.partition(":")
+    name = name.strip()
+    if not colon or not _TOKEN.match(name):
+        raise UsageError(f"bad header {raw!r}: use -H 'Name: value'")
+    return name, value.strip()
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _error_text(exc: BaseException) -> str:
+    """The useful part of a requests error, on one line."""
+    reason: Any = exc.args[0] if exc.args else exc
+    if isinstance(reason, MaxRetryError) and reason.reason is not None:
+        reason = reason.reason
+    # urllib3 starts with its connection object's repr, which tells a reader nothing.
+    text = re.sub(r"^<[^>]*>: ", "", str(reason))
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def _tries(session: ResilientSession) -> str:
+    tries = sum(health.tries + health.rejected for health in session.health().values())
+    return f" ({tries} {'try' if tries == 1 else 'tries'})"
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+def _run_check(args: argparse.Namespace) -> int:
     try:
         config = load(args.config)
     except ConfigError as exc:
-        print(f"resilient-session: {exc}", file=sys.stderr)
-        return 2
-    print(f"{args.config}: ok ({len(config.rules)} host entries)")
-    return 0
+        # Validation errors name the key path; with several files at hand, name the file too.
+        message = str(exc)
+        if not message.startswith(f"{args.config}:"):
+            message = f"{args.config}: {message}"
+        raise ConfigError(message) from None
+    if args.host is None:
+        print(f"{args.config}: ok ({len(config.rules)} host entries)")
+        return EXIT_OK
+    host, port = _parse_host(args.host)
+    matched = next((rule.pattern for rule in config.rules if rule.matches(host, port)), None)
+    policy = msgspec.to_builtins(config.for_host(host, port), order="deterministic")
+    if args.json:
+        print(json.dumps(policy, indent=2))
+        return EXIT_OK
+    entry = f'hosts."{matched}" over defaults' if matched is not None else "defaults only"
+    shown = f"[{host}]" if ":" in host else host
+    print(f"# {args.config}: ok; policy for {shown}:{port} ({entry})")
+    print(yaml.safe_dump(policy, sort_keys=False, default_flow_style=False), end="")
+    return EXIT_OK
+
+
+def _parse_host(text: str) -> tuple[str, int]:
+    """``(host, port)`` from host, host:port, [ipv6]:port or a URL; a bare host means 443."""
+    candidate = text if "://" in text else f"https://{text}"
+    parts = urlsplit(candidate)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (
+        not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.username is not None
+        or port == -1
+    ):
+        raise UsageError(f"bad --host {text!r}: use host, host:port (port 1..65535) or [ipv6]:port")
+    if port is None:
+        port = 80 if parts.scheme.lower() == "http" else 443
+    if not 1 <= port <= 65535:
+        raise UsageError(f"bad --host {text!r}: the port must be 1..65535, got {port}")
+    return parts.hostname.lower(), port
+
+
+# -- stats -------------------------------------------------------------------------------------
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    aggregator = StatsAggregator()
+    if args.file == "-":
+        aggregator.feed_lines(_text_stdin())
+    else:
+        try:
+            with open(args.file, encoding="utf-8", errors="replace") as lines:
+                aggregator.feed_lines(lines)
+        except OSError as exc:
+            raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+    summary = aggregator.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(_stats_text(summary))
+    return EXIT_OK
+
+
+def _text_stdin() -> TextIO:
+    # Undecodable bytes become non-JSON lines to skip, not a UnicodeDecodeError.
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:
+        return sys.stdin
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="replace")
+
+
+_COLUMNS = [
+    "host",
+    "calls",
+    "tries",
+    "tries/call",
+    "retries",
+    "ok",
+    "give-ups",
+    "fail-fasts",
+    "trips",
+    "p50 total",
+    "p99 total",
+]
+
+
+def _stats_text(summary: dict[str, Any]) -> str:
+    hosts: dict[str, dict[str, Any]] = summary["hosts"]
+    rows = [
+        [
+            host,
+            figures["calls"],
+            figures["tries"],
+            _number(figures["tries_per_call"], "{:.2f}"),
+            figures["retries"],
+            figures["successes"],
+            sum(figures["give_ups"].values()),
+            sum(figures["fail_fasts"].values()),
+            figures["breaker_trips"],
+            _number(figures["total_p50"], "{:.3f} s"),
+            _number(figures["total_p99"], "{:.3f} s"),
+        ]
+        for host, figures in hosts.items()
+    ]
+    lines = _table(_COLUMNS, rows) if rows else ["no events"]
+    for title, key in (
+        ("give-ups by reason", "give_ups"),
+        ("fail-fasts by reason", "fail_fasts"),
+        ("breaker transitions", "breaker_transitions"),
+    ):
+        details = [(host, figures[key]) for host, figures in hosts.items() if figures[key]]
+        if details:
+            lines += ["", title]
+            lines += [f"  {host}  {_counts(counts)}" for host, counts in details]
+    skipped = summary["skipped"]
+    lines += [
+        "",
+        f"{summary['lines']} lines read, {skipped['total']} skipped "
+        f"({skipped['not_json']} not JSON, {skipped['other_event']} other events, "
+        f"{skipped['malformed']} malformed); p50/p99 within "
+        f"{summary['relative_error']:.0%}, of the final try of each call",
+    ]
+    return "\n".join(lines)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [header, *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    # The first column is text, the rest are figures: left- and right-aligned as a reader expects.
+    return [
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+        ).rstrip()
+        for row in cells
+    ]
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{name}={count}" for name, count in counts.items())
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else spec.format(value)
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    raise UsageError("demo: not available yet")
+
+
+# -- shared ------------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return code
+
+
+def _silence_stdout() -> None:
+    # As the Python docs advise for SIGPIPE: point stdout at devnull so the interpreter's
+    # final flush does not raise a second BrokenPipeError.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+    finally:
+        os.close(devnull)

@@ -125,7 +125,7 @@ class _RawDocument(_Model, frozen=True):
     """First pass: top-level keys known, host entries kept raw so they can be merged."""
 
     defaults: dict[str, Any] = {}
-    hosts: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, Any] = {}
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
 
@@ -235,9 +235,14 @@ def _build(data: Any, origin: str) -> Config:
     )
 
 
-def _rule(pattern: Any, entry: dict[str, Any], base: dict[str, Any]) -> _HostRule:
+def _rule(pattern: Any, entry: Any, base: dict[str, Any]) -> _HostRule:
     path = ("hosts", str(pattern))
     host, port = _parse_pattern(pattern, path)
+    if not isinstance(entry, Mapping):
+        raise ConfigError(
+            f"{_dotted(path)}: expected a mapping of sections (retry, budget, ...), "
+            f"got {type(entry).__name__} {entry!r}"
+        )
     merged = dict(base)
     for section, values in entry.items():
         if isinstance(values, Mapping) and isinstance(base.get(section), dict):
@@ -301,12 +306,18 @@ def _describe(message: str, prefix: tuple[str, ...], data: Any) -> str:
         keys.append(named.group("key"))
         return f"{_dotted((*prefix, *keys))}: {named.group('msg')}"
     value = _lookup(data, keys)
-    got = "" if value is _MISSING or "got" in msg else f", got {value!r}"
-    return f"{_dotted((*prefix, *keys))}: {_plain(msg)}{got}"
+    if value is _MISSING:
+        shown = ""
+    elif "got" in msg:
+        shown = f" {value!r}"
+    else:
+        shown = f", got {value!r}"
+    return f"{_dotted((*prefix, *keys))}: {_plain(msg)}{shown}"
 
 
 def _split_path(path: str) -> list[str]:
-    return [part for part in re.split(r"\.|\[(\d+)\]", path) if part]
+    # msgspec writes `$.a.b[3]`; list positions are kept as "[3]".
+    return [name or f"[{index}]" for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path)]
 
 
 _MISSING: Final = object()
@@ -314,10 +325,11 @@ _MISSING: Final = object()
 
 def _lookup(data: Any, keys: list[str]) -> Any:
     for key in keys:
+        index = key[1:-1]
         if isinstance(data, Mapping) and key in data:
             data = data[key]
-        elif isinstance(data, list) and key.isdigit() and int(key) < len(data):
-            data = data[int(key)]
+        elif isinstance(data, list) and index.isdigit() and int(index) < len(data):
+            data = data[int(index)]
         else:
             return _MISSING
     return data
@@ -329,8 +341,14 @@ def _plain(message: str) -> str:
 
 
 def _dotted(keys: tuple[str, ...] | list[str]) -> str:
-    parts = [key if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f'"{key}"' for key in keys]
-    return ".".join(parts) or "<config>"
+    text = ""
+    for key in keys:
+        if re.fullmatch(r"\[\d+\]", key):
+            text += key
+        else:
+            name = key if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f'"{key}"'
+            text += f".{name}" if text else name
+    return text or "<config>"
 
 
 def _one_line(text: str) -> str:
@@ -339,5 +357,9 @@ def _one_line(text: str) -> str:
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of a configuration file, generated from the models."""
-    result: dict[str, Any] = msgspec.json.schema(ConfigDocument)
+    result: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "resilient-session configuration",
+        **msgspec.json.schema(ConfigDocument),
+    }
     return result

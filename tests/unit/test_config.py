@@ -1,0 +1,259 @@
+"""Loading and validating configuration, host matching, and the shipped files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import msgspec
+import pytest
+import yaml
+
+from resilient_session import ConfigError, ResilientSession
+from resilient_session.config import ENV_VAR, Config, HostPolicy, load, schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_none_gives_builtin_defaults(monkeypatch):
+    """With no source and no environment variable, the built-in defaults apply."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    config = load(None)
+    policy = config.for_host("any.test", 443)
+    assert (policy.retry.max_attempts, policy.budget.ratio, policy.breaker.failure_threshold) == (
+        4,
+        0.2,
+        5,
+    )
+    assert (policy.timeout.connect, policy.timeout.read, policy.deadline.header) == (
+        5.0,
+        30.0,
+        "X-Request-Timeout-Ms",
+    )
+
+
+def test_environment_variable_names_the_file(monkeypatch, tmp_path):
+    """RESILIENT_SESSION_CONFIG points ResilientSession() at a YAML file."""
+    path = tmp_path / "rs.yaml"
+    path.write_text("defaults: {retry: {max_attempts: 2}}\n")
+    monkeypatch.setenv(ENV_VAR, str(path))
+    assert ResilientSession().config.for_host("a.test", 80).retry.max_attempts == 2
+
+
+def test_yaml_file_and_dict_agree(tmp_path):
+    """A YAML file and the same mapping load to equal configurations."""
+    data = {
+        "defaults": {"budget": {"ratio": 0.1}},
+        "hosts": {"a.test": {"retry": {"max_attempts": 2}}},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load(path).rules == load(data).rules
+    assert load(path).defaults == load(data).defaults
+
+
+def test_host_entry_merges_over_defaults_key_by_key():
+    """A host entry changes only the keys it names; the rest come from defaults."""
+    config = load(
+        {
+            "defaults": {"retry": {"max_attempts": 6, "backoff_base": 0.2}},
+            "hosts": {"api.test": {"retry": {"max_attempts": 2}}},
+        }
+    )
+    retry = config.for_host("api.test", 443).retry
+    assert (retry.max_attempts, retry.backoff_base, retry.backoff_cap) == (2, 0.2, 8.0)
+    assert config.for_host("other.test", 443).retry.max_attempts == 6
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("api.example.com", 8443, 1),  # exact host:port beats exact host
+        ("api.example.com", 443, 2),  # exact host
+        ("a.b.internal.example", 8443, 3),  # the longer wildcard wins
+        ("x.internal.example", 8443, 3),
+        ("x.internal.example", 80, 5),  # wildcard without port
+        ("other.test", 80, 4),  # defaults
+    ],
+)
+def test_most_specific_match_wins(host, port, expected):
+    """Exact host:port, then exact host, then wildcards longest first, then defaults."""
+    config = load(
+        {
+            "defaults": {"retry": {"max_attempts": 4}},
+            "hosts": {
+                "*.internal.example": {"retry": {"max_attempts": 5}},
+                "*.internal.example:8443": {"retry": {"max_attempts": 3}},
+                "api.example.com": {"retry": {"max_attempts": 2}},
+                "API.example.com:8443": {"retry": {"max_attempts": 1}},
+                "*": {},
+            },
+        }
+    )
+    # The catch-all "*" entry merges nothing over defaults, so it still gives 4.
+    assert config.for_host(host, port).retry.max_attempts == expected
+
+
+def test_ipv6_host_patterns():
+    """IPv6 hosts match with or without brackets and port."""
+    config = load(
+        {
+            "hosts": {
+                "[::1]:8080": {"retry": {"max_attempts": 1}},
+                "::1": {"retry": {"max_attempts": 2}},
+            }
+        }
+    )
+    assert config.for_host("::1", 8080).retry.max_attempts == 1
+    assert config.for_host("::1", 9090).retry.max_attempts == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"defaults": {"breaker": {"failure_threshold": 0}}},
+            "defaults.breaker.failure_threshold: expected int >= 1, got 0",
+        ),
+        (
+            {"hosts": {"api.example.com": {"breaker": {"failure_threshold": 0}}}},
+            'hosts."api.example.com".breaker.failure_threshold: expected int >= 1, got 0',
+        ),
+        (
+            {"defaults": {"retry": {"max_attempts": "3"}}},
+            "defaults.retry.max_attempts: expected int, got str '3'",
+        ),
+        (
+            {"defaults": {"retry": {"max_attempts": True}}},
+            "defaults.retry.max_attempts: expected int, got bool True",
+        ),
+        (
+            {"defaults": {"retry": {"backoff_base": 2, "backoff_cap": 1}}},
+            "defaults.retry.backoff_cap: must be >= backoff_base (2.0), got 1.0",
+        ),
+        (
+            {"hosts": {"a.test": {"breaker": {"recovery_timeout": 100}}}},
+            'hosts."a.test".breaker.recovery_timeout_max: must be >= recovery_timeout (100.0), got 60.0',
+        ),
+        ({"defaults": {"retyr": {}}}, "defaults.retyr: unknown key"),
+        ({"hosts": {"a.test": {"retry": {"bogus": 1}}}}, 'hosts."a.test".retry.bogus: unknown key'),
+        ({"surprise": 1}, "surprise: unknown key"),
+        (
+            {"defaults": {"budget": {"ratio": 1.5}}},
+            "defaults.budget.ratio: expected float <= 1.0, got 1.5",
+        ),
+        (
+            {"defaults": {"budget": {"max_tokens": 0}}},
+            "defaults.budget.max_tokens: expected float >= 1.0, got 0",
+        ),
+        (
+            {"defaults": {"deadline": {"default": 0}}},
+            "defaults.deadline.default: expected float > 0.0, got 0",
+        ),
+        (
+            {"defaults": {"timeout": {"read": -1}}},
+            "defaults.timeout.read: expected float > 0.0, got -1",
+        ),
+        (
+            {"defaults": {"retry": {"transient_statuses": [500, 700]}}},
+            "defaults.retry.transient_statuses[1]: expected int <= 599, got 700",
+        ),
+        (
+            {"defaults": {"retry": {"transient_statuses": [503]}}},
+            "defaults.retry.overload_statuses: [503] also listed in transient_statuses",
+        ),
+        ({"defaults": {"retry": 5}}, "defaults.retry: expected object, got int 5"),
+        ({"hosts": {"a.test": 3}}, 'hosts."a.test": expected a mapping of sections'),
+        ({"hosts": ["a.test"]}, "hosts: expected object, got array ['a.test']"),
+        ({"hosts": {"http://a.test/": {}}}, 'hosts."http://a.test/": bad host pattern'),
+        ({"hosts": {"a.test:99999": {}}}, 'hosts."a.test:99999": port must be 1..65535, got 99999'),
+        ({"hosts": {"a.test:x1": {}}}, 'hosts."a.test:x1": bad port'),
+        ({"hosts": {"[a.test": {}}}, 'hosts."[a.test": bad host pattern'),
+        ({"hosts": {"": {}}}, 'hosts."": host pattern must be a non-empty string'),
+        ({"registry": {"max_hosts": 0}}, "registry.max_hosts: expected int >= 1, got 0"),
+    ],
+)
+def test_bad_values_name_the_key_and_value(data, message):
+    """Every kind of bad input raises ConfigError whose message names the path and value."""
+    with pytest.raises(ConfigError) as raised:
+        load(data)
+    assert str(raised.value).startswith(message)
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "config file is empty"),
+        ("# only a comment\n", "config file is empty"),
+        ("- a\n- b\n", "config must be a mapping with defaults:/hosts:, got list"),
+        ("just text\n", "config must be a mapping with defaults:/hosts:, got str"),
+        ("defaults: {retry: [\n", "not valid YAML"),
+        ("defaults: !!python/object:os.system {}\n", "not valid YAML"),
+    ],
+)
+def test_bad_files(tmp_path, text, message):
+    """Empty, non-mapping, malformed or unsafe YAML each give one clear ConfigError."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load(path)
+
+
+def test_unreadable_file_names_the_path(tmp_path):
+    """A missing file is a ConfigError naming the path, not a bare OSError."""
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read config file"):
+        load(path)
+
+
+def test_session_construction_raises_config_error():
+    """ConfigError is raised when the session is built, not at the first call."""
+    with pytest.raises(ConfigError, match="defaults.retry.max_attempts"):
+        ResilientSession({"defaults": {"retry": {"max_attempts": 0}}})
+
+
+def test_default_yaml_lists_exactly_the_builtin_defaults():
+    """config/default.yaml loads to the built-in defaults and names every key the models have."""
+    path = ROOT / "config" / "default.yaml"
+    loaded = load(path)
+    assert loaded.defaults == HostPolicy()
+    assert (loaded.registry, loaded.events) == (Config().registry, Config().events)
+    written = yaml.safe_load(path.read_text())
+    for section, values in msgspec.to_builtins(HostPolicy()).items():
+        assert set(written["defaults"][section]) == set(values), section
+
+
+def test_example_yaml_loads():
+    """config/example.yaml is valid and its overrides take effect."""
+    config = load(ROOT / "config" / "example.yaml")
+    assert config.for_host("payments.example.com", 443).deadline.default == 3.0
+    assert config.for_host("db.internal.example", 8443).retry.max_attempts == 2
+
+
+def test_shipped_schema_is_current():
+    """docs/config.schema.json equals the schema generated from the models (run scripts/config-schema)."""
+    shipped = json.loads((ROOT / "docs" / "config.schema.json").read_text())
+    assert shipped == json.loads(json.dumps(schema()))
+
+
+@pytest.mark.parametrize("name", ["default.yaml", "example.yaml"])
+def test_shipped_files_validate_against_schema(name):
+    """The shipped YAML files pass the shipped JSON Schema, as an editor would check them."""
+    jsonschema.validate(yaml.safe_load((ROOT / "config" / name).read_text()), schema())
+
+
+def test_schema_rejects_what_load_rejects():
+    """An unknown key and an out-of-range value fail the JSON Schema too."""
+    for bad in ({"defaults": {"retry": {"max_attempts": 0}}}, {"defaults": {"nope": {}}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema())
+
+
+def test_config_pickles():
+    """A loaded Config survives pickling unchanged."""
+    import pickle
+
+    config = load(ROOT / "config" / "example.yaml")
+    assert pickle.loads(pickle.dumps(config)) == config
