@@ -134,7 +134,8 @@ def test_ipv6_host_patterns():
         ),
         (
             {"hosts": {"a.test": {"breaker": {"recovery_timeout": 100}}}},
-            'hosts."a.test".breaker.recovery_timeout_max: must be >= recovery_timeout (100.0), got 60.0',
+            'hosts."a.test".breaker.recovery_timeout_max: '
+            "must be >= recovery_timeout (100.0), got 60.0",
         ),
         ({"defaults": {"retyr": {}}}, "defaults.retyr: unknown key"),
         ({"hosts": {"a.test": {"retry": {"bogus": 1}}}}, 'hosts."a.test".retry.bogus: unknown key'),
@@ -187,8 +188,8 @@ def test_bad_values_name_the_key_and_value(data, message):
     [
         ("", "config file is empty"),
         ("# only a comment\n", "config file is empty"),
-        ("- a\n- b\n", "config must be a mapping with defaults:/hosts:, got list"),
-        ("just text\n", "config must be a mapping with defaults:/hosts:, got str"),
+        ("- a\n- b\n", r"config must be a mapping with defaults:/hosts:, got list"),
+        ("just text\n", r"config must be a mapping with defaults:/hosts:, got str"),
         ("defaults: {retry: [\n", "not valid YAML"),
         ("defaults: !!python/object:os.system {}\n", "not valid YAML"),
     ],
@@ -210,7 +211,7 @@ def test_unreadable_file_names_the_path(tmp_path):
 
 def test_session_construction_raises_config_error():
     """ConfigError is raised when the session is built, not at the first call."""
-    with pytest.raises(ConfigError, match="defaults.retry.max_attempts"):
+    with pytest.raises(ConfigError, match=r"defaults\.retry\.max_attempts"):
         ResilientSession({"defaults": {"retry": {"max_attempts": 0}}})
 
 
@@ -233,7 +234,7 @@ def test_example_yaml_loads():
 
 
 def test_shipped_schema_is_current():
-    """docs/config.schema.json equals the schema generated from the models (run scripts/config-schema)."""
+    """docs/config.schema.json equals the schema from the models (scripts/config-schema)."""
     shipped = json.loads((ROOT / "docs" / "config.schema.json").read_text())
     assert shipped == json.loads(json.dumps(schema()))
 
@@ -256,4 +257,4 @@ def test_config_pickles():
     import pickle
 
     config = load(ROOT / "config" / "example.yaml")
-    assert pickle.loads(pickle.dumps(config)) == config
+    assert pickle.loads(pickle.dumps(config)) == config  # noqa: S301 - our own bytes
