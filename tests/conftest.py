@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -32,7 +32,7 @@ def rng() -> random.Random:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """Every structlog event emitted inside the test, as dicts."""
     with capture_logs() as captured:
         yield captured

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import requests
+from requests import Response
 
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
@@ -24,6 +25,14 @@ class _Unset:
 
 
 UNSET: Final = _Unset()
+
+Deadline: TypeAlias = float | _Unset | None
+
+
+def _with_deadline(kwargs: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+    if not isinstance(deadline, _Unset):
+        kwargs["deadline"] = deadline
+    return kwargs
 
 
 class ResilientSession(requests.Session):
@@ -79,9 +88,9 @@ class ResilientSession(requests.Session):
         method: str | bytes,
         url: str | bytes,
         *args: Any,
-        deadline: float | _Unset | None = UNSET,
+        deadline: Deadline = UNSET,
         **kwargs: Any,
-    ) -> requests.Response:
+    ) -> Response:
         """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
 
         The deadline spans every try, wait and redirect hop; the earliest of it, any
@@ -92,6 +101,42 @@ class ResilientSession(requests.Session):
             return super().request(method, url, *args, **kwargs)
         with deadline_scope(deadline, clock=self._clock):
             return super().request(method, url, *args, **kwargs)
+
+    # The verbs are spelled out so that type checkers accept ``deadline=`` on each of them.
+    def get(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().get(url, *args, **_with_deadline(kwargs, deadline))
+
+    def options(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().options(url, *args, **_with_deadline(kwargs, deadline))
+
+    def head(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().head(url, *args, **_with_deadline(kwargs, deadline))
+
+    def post(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().post(url, *args, **_with_deadline(kwargs, deadline))
+
+    def put(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().put(url, *args, **_with_deadline(kwargs, deadline))
+
+    def patch(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().patch(url, *args, **_with_deadline(kwargs, deadline))
+
+    def delete(
+        self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
+    ) -> Response:
+        return super().delete(url, *args, **_with_deadline(kwargs, deadline))
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""

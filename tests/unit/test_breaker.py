@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from resilient_session.attempt import Reason
-from resilient_session.breaker import BreakerState, CircuitBreaker, Transition, TryResult
+from resilient_session.breaker import BreakerState, CircuitBreaker, Permit, Transition, TryResult
 from resilient_session.config import BreakerPolicy
 from resilient_session.pipeline import drive
 from resilient_session.stages import standard_chain
@@ -141,7 +141,7 @@ def test_failure_rate_window_opens(clock):
             succeed(breaker)
     assert breaker.state is BreakerState.CLOSED  # 4 failures in 9 calls, under minimum_calls
     fail(breaker)
-    assert breaker.state is BreakerState.OPEN
+    assert breaker.snapshot().state is BreakerState.OPEN
 
 
 def test_failure_rate_window_slides(clock):
@@ -152,7 +152,7 @@ def test_failure_rate_window_slides(clock):
     fail(breaker, 4)
     assert breaker.state is BreakerState.CLOSED
     fail(breaker)
-    assert breaker.state is BreakerState.OPEN
+    assert breaker.snapshot().state is BreakerState.OPEN
 
 
 def test_stale_result_ignored(clock):
@@ -197,7 +197,7 @@ class BreakerMachine(RuleBasedStateMachine):
             recovery_timeout_max=4.0,
             half_open_max_calls=2,
         )
-        self.permits: list = []
+        self.permits: list[Permit] = []
         self.state = BreakerState.CLOSED
         self.probes_out = 0
 
@@ -284,7 +284,7 @@ def test_64_threads_in_half_open_admit_exactly_max_probes(harness, clock, max_pr
     reached = Counter[str]()
     lock = threading.Lock()
 
-    def slow_upstream(attempt):  # type: ignore[no-untyped-def]
+    def slow_upstream(attempt):
         with lock:
             reached["hits"] += 1
         inside.release()
@@ -328,7 +328,7 @@ def test_probe_permit_released_when_inner_stage_raises(harness, clock):
     h.run(500)
     clock.advance(1.0)
 
-    def exploding(attempt):  # type: ignore[no-untyped-def]
+    def exploding(attempt):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

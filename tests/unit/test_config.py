@@ -247,7 +247,11 @@ def test_shipped_files_validate_against_schema(name):
 
 def test_schema_rejects_what_load_rejects():
     """An unknown key and an out-of-range value fail the JSON Schema too."""
-    for bad in ({"defaults": {"retry": {"max_attempts": 0}}}, {"defaults": {"nope": {}}}):
+    bad_documents: list[dict[str, object]] = [
+        {"defaults": {"retry": {"max_attempts": 0}}},
+        {"defaults": {"nope": {}}},
+    ]
+    for bad in bad_documents:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema())
 

@@ -1,0 +1,110 @@
+"""The per-host registry: keys, policy resolution, LRU bound, and races on first use."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+
+import pytest
+
+from resilient_session.config import load
+from resilient_session.hosts import HostRegistry, host_key
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://API.test/x", ("http://api.test:80", "api.test", 80)),
+        ("https://api.test/x", ("https://api.test:443", "api.test", 443)),
+        ("https://api.test:8443", ("https://api.test:8443", "api.test", 8443)),
+        ("http://u:p@api.test:81/", ("http://api.test:81", "api.test", 81)),
+        ("http://[::1]:9000/", ("http://[::1]:9000", "::1", 9000)),
+    ],
+)
+def test_host_key(url, key):
+    """Keys are scheme://host:port with default ports filled and userinfo dropped."""
+    assert host_key(url) == key
+
+
+def test_same_host_same_state_different_port_separate(clock):
+    """Calls to one host:port share state; another port gets its own breaker and bucket."""
+    registry = HostRegistry(load({}), clock=clock)
+    first = registry.for_url("http://a.test/x")
+    assert registry.for_url("http://a.test:80/y") is first
+    assert registry.for_url("http://a.test:81/") is not first
+    assert len(registry) == 2
+
+
+def test_policy_resolved_per_host(clock):
+    """Each host's state carries the policy its most specific entry gives."""
+    registry = HostRegistry(
+        load({"hosts": {"*.slow.test": {"timeout": {"read": 99}}}}), clock=clock
+    )
+    assert registry.for_url("https://x.slow.test/").policy.timeout.read == 99
+    assert registry.for_url("https://fast.test/").policy.timeout.read == 30
+
+
+def test_least_recently_used_evicted(clock):
+    """Past max_hosts the least recently used host is dropped; a used one survives."""
+    registry = HostRegistry(load({"registry": {"max_hosts": 3}}), clock=clock)
+    keep = registry.for_url("http://h0.test/")
+    for index in range(1, 10):
+        registry.for_url(f"http://h{index}.test/")
+        registry.for_url("http://h0.test/")
+    assert len(registry) == 3
+    assert registry.for_url("http://h0.test/") is keep
+    assert set(registry.health()) == {"http://h0.test:80", "http://h8.test:80", "http://h9.test:80"}
+
+
+def test_memory_flat_for_a_million_hosts_worth_of_churn(clock):
+    """20,000 distinct hosts through a 1,000-host registry keep memory bounded."""
+    registry = HostRegistry(load({"registry": {"max_hosts": 1000}}), clock=clock)
+    for index in range(2000):
+        registry.for_url(f"http://warm{index}.test/")
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for index in range(20_000):
+        registry.for_url(f"http://h{index}.test/")
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    growth = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert len(registry) == 1000
+    assert growth < 1_000_000  # well under what 20,000 kept hosts would need
+
+
+def test_concurrent_first_use_creates_one_state(clock):
+    """64 threads asking for a new host at once all get the same state object."""
+    registry = HostRegistry(load({}), clock=clock)
+    barrier = threading.Barrier(64)
+    seen: list[object] = []
+    lock = threading.Lock()
+
+    def get() -> None:
+        barrier.wait()
+        state = registry.for_url("http://race.test/")
+        with lock:
+            seen.append(state)
+
+    threads = [threading.Thread(target=get) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(seen) == 64
+    assert len({id(state) for state in seen}) == 1
+
+
+def test_health_snapshot(harness):
+    """health() reports calls, tries, retries, failures and tokens per host."""
+    h = harness({"defaults": {"retry": {"backoff_base": 0.1}, "budget": {"min_per_second": 0}}})
+    h.run(503, 200)
+    h.run(404)
+    health = h.registry.health()["http://svc.test:80"]
+    assert (health.breaker.value, health.calls, health.tries, health.retries, health.failures) == (
+        "closed",
+        2,
+        3,
+        1,
+        1,
+    )
+    assert health.tokens == pytest.approx(10 - 1 + 0.2)  # full, one retry, one more first try
