@@ -8,19 +8,22 @@ and the constructions are counted to prove it.
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
 
 import pytest
+from pluggy import Result
 
 _COUNTS: Counter[str] = Counter()
-_OUTCOMES: dict[str, str] = {}
+_OUTCOMES: dict[str, dict[str, str | float]] = {}
 _LOCK = threading.Lock()
 
 
@@ -42,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _guard_network()
     _thread_httpbin()
+    # Counted before the swap, so the original class's __init__ is the one wrapped: every
+    # session of either class runs it once.
+    _count_sessions()
     if config.getoption("resilient_swap"):
         _swap_sessions()
 
@@ -125,8 +131,9 @@ def _guard_network() -> None:
     socket.getaddrinfo = getaddrinfo
     socket.gethostbyname = gethostbyname
     socket.gethostbyname_ex = gethostbyname_ex
-    socket.socket.connect = connect  # type: ignore[method-assign]
-    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    # The stubs type these slots on _socket.socket; the wrappers accept the same arguments.
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
 
 
 def _thread_httpbin() -> None:
@@ -137,33 +144,40 @@ def _thread_httpbin() -> None:
     of them, and the suite would spend minutes waiting on the server rather than testing.
     """
     try:
-        from pytest_httpbin import serve
+        serve: Any = importlib.import_module("pytest_httpbin.serve")
     except ImportError:
         return
-    from socketserver import ThreadingMixIn
-
-    class ThreadedWSGIServer(ThreadingMixIn, serve.WSGIServer):
-        daemon_threads = True
-        block_on_close = False
-
-    class ThreadedSecureWSGIServer(ThreadingMixIn, serve.SecureWSGIServer):
-        daemon_threads = True
-        block_on_close = False
-
+    # Daemon threads and no join on close: a request still sleeping in delay/10 when the
+    # session ends must not hold the run open.
+    fields = {"daemon_threads": True, "block_on_close": False}
+    threaded = type("ThreadedWSGIServer", (ThreadingMixIn, serve.WSGIServer), fields)
+    threaded_secure = type(
+        "ThreadedSecureWSGIServer", (ThreadingMixIn, serve.SecureWSGIServer), fields
+    )
     real_make_server = serve.make_server
 
     def make_server(*args: Any, server_class: Any = None, **kwargs: Any) -> Any:
-        threaded = (
-            ThreadedSecureWSGIServer
-            if server_class is serve.SecureWSGIServer
-            else ThreadedWSGIServer
-        )
-        return real_make_server(*args, server_class=threaded, **kwargs)
+        chosen = threaded_secure if server_class is serve.SecureWSGIServer else threaded
+        return real_make_server(*args, server_class=chosen, **kwargs)
 
     serve.make_server = make_server
 
 
 # --- the swap ----------------------------------------------------------------------------------
+
+
+def _count_sessions() -> None:
+    """Count every ``requests.Session`` built, whatever class the test asked for."""
+    import requests.sessions
+
+    original_init: Callable[..., None] = requests.sessions.Session.__init__
+
+    def counting_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with _LOCK:
+            _COUNTS["sessions"] += 1
+        original_init(self, *args, **kwargs)
+
+    requests.sessions.Session.__init__ = counting_init  # type: ignore[method-assign]
 
 
 def _swap_sessions() -> None:
@@ -178,16 +192,16 @@ def _swap_sessions() -> None:
 
     def counting_init(self: ResilientSession, *args: Any, **kwargs: Any) -> None:
         with _LOCK:
-            _COUNTS["sessions"] += 1
+            _COUNTS["resilient_sessions"] += 1
         original_init(self, *args, **kwargs)
 
     def counting_send(self: ResilientAdapter, *args: Any, **kwargs: Any) -> Any:
         with _LOCK:
-            _COUNTS["adapter_sends"] += 1
+            _COUNTS["resilient_sends"] += 1
         return original_send(self, *args, **kwargs)
 
     def session() -> ResilientSession:
-        """Return a :class:`ResilientSession` (requests.session, swapped)."""
+        """Return a :class:`ResilientSession` (``requests.session``, swapped)."""
         return ResilientSession()
 
     ResilientSession.__init__ = counting_init  # type: ignore[method-assign]
@@ -196,28 +210,27 @@ def _swap_sessions() -> None:
     requests.sessions.Session = ResilientSession  # type: ignore[misc]
     requests.session = session
     requests.sessions.session = session
-    _COUNTS["swapped"] = 1
-    _COUNTS["resilient_session_file"] = 0
-    _SWAP_INFO["module"] = str(Path(resilient_session.__file__).parent)
+    _SWAP["module"] = str(Path(resilient_session.__file__).parent)
 
 
-_SWAP_INFO: dict[str, str] = {}
+_SWAP: dict[str, str] = {}
 
 
 # --- outcomes ----------------------------------------------------------------------------------
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    nodeid = item.nodeid
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
+    report = (yield).get_result()
+    entry = _OUTCOMES.setdefault(item.nodeid, {"outcome": "passed", "seconds": 0.0})
+    entry["seconds"] = round(float(entry["seconds"]) + report.duration, 3)
+    # An error in any phase fails the test; a skip (or an xfail) in any phase skips it.
     if report.failed:
-        _OUTCOMES[nodeid] = "failed"
-    elif report.skipped and nodeid not in _OUTCOMES:
-        _OUTCOMES[nodeid] = "skipped"
-    elif report.when == "call" and report.passed and nodeid not in _OUTCOMES:
-        _OUTCOMES[nodeid] = "passed"
+        entry["outcome"] = "failed"
+    elif report.skipped and entry["outcome"] != "failed":
+        entry["outcome"] = "skipped"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -227,21 +240,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"{_COUNTS['blocked_lookups']} lookups and {_COUNTS['blocked_connects']} connects "
         "to non-loopback targets refused"
     )
-    if _COUNTS["swapped"]:
+    if _SWAP:
         write(
-            f"requests-suite: swap: {_COUNTS['sessions']} ResilientSession objects built, "
-            f"{_COUNTS['adapter_sends']} ResilientAdapter.send calls "
-            f"(resilient_session from {_SWAP_INFO.get('module')})"
+            f"requests-suite: swap: {_COUNTS['resilient_sessions']} of {_COUNTS['sessions']} "
+            f"sessions built were ResilientSession; {_COUNTS['resilient_sends']} "
+            f"ResilientAdapter.send calls; resilient_session loaded from {_SWAP['module']}"
         )
+    else:
+        write(f"requests-suite: {_COUNTS['sessions']} requests.Session objects built")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("suite_report")
     if not path:
         return
-    payload = {
-        "outcomes": _OUTCOMES,
-        "counts": dict(_COUNTS),
-        "swap": _SWAP_INFO,
-    }
+    payload = {"outcomes": _OUTCOMES, "counts": dict(_COUNTS), "swap": _SWAP}
     Path(path).write_text(json.dumps(payload, indent=1, sort_keys=True), encoding="utf-8")

@@ -56,9 +56,10 @@ UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How one try ended: a response or an error, never both, plus what was decided.
+    """How one try ended: a response or an error, plus what was decided.
 
-    Errors travel as values; only :meth:`unwrap` turns them back into a raised exception.
+    Errors travel as values; only :meth:`unwrap` turns them back into a raised exception. Both
+    are set only when a response's body was cut short: the error is what the caller gets.
     """
 
     response: requests.Response | None = None
@@ -91,22 +92,6 @@ class Outcome:
         if self.response is None:  # pragma: no cover - an Outcome always holds one of the two
             raise RuntimeError("outcome holds neither a response nor an error")
         return self.response
-
-    def discard(self) -> None:
-        """Drain and close a response that will be retried, so its connection is pooled again.
-
-        The body is kept, as requests keeps it when following a redirect, so a response that
-        later becomes the call's result still reads normally.
-        """
-        response = self.response
-        if response is None:
-            return
-        try:
-            _ = response.content
-        except requests.RequestException:
-            pass
-        finally:
-            response.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,3 +66,21 @@ def _exceeded(response: requests.Response) -> DeadlineExceeded:
         f"deadline ran out while reading the body of {response.status_code} from {response.url}",
         request=response.request,
     )
+
+
+def drain(response: requests.Response, deadline_at: float | None, clock: Clock) -> None:
+    """Read what is left of a response that will be retried, then close it.
+
+    Reading to the end returns the connection to the pool, and keeps the body, as requests
+    does when it follows a redirect, so the response still reads normally if it later becomes
+    the call's result. Raises DeadlineExceeded when the body outlasts the deadline.
+    """
+    try:
+        if not getattr(response, "_content_consumed", True):
+            read_body(response, deadline_at, clock)
+    except DeadlineExceeded:
+        raise
+    except requests.RequestException:
+        pass  # A broken body on a response being retried changes nothing.
+    finally:
+        response.close()

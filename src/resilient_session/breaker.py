@@ -29,7 +29,8 @@ class TryResult(Enum):
 
     SUCCESS = "success"
     FAILURE = "failure"
-    # Neither proof of health nor of sickness (a TLS error, a try cut by our own deadline).
+    # Neither proof of health nor of sickness: a TLS or URL error, a try refused locally.
+    # A try cut short by the deadline is a failure: a hanging host is what a breaker is for.
     NEUTRAL = "neutral"
 
 

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from urllib.parse import urlsplit
 
 import msgspec
@@ -17,12 +17,16 @@ import requests
 import yaml
 from urllib3.exceptions import MaxRetryError
 
+from .clock import SYSTEM_CLOCK
 from .config import load
 from .errors import ConfigError
 from .redact import redact_url
 from .render import log_json_lines
-from .session import ResilientSession
+from .session import UNSET, ResilientSession
 from .stats import StatsAggregator
+
+if TYPE_CHECKING:
+    from .demo import SceneResult
 
 PROG = "resilient-session"
 
@@ -73,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`| head`): nothing left worth saying, and nowhere to say it.
         _silence_stdout()
         return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - the contract: one line on stderr, never a traceback
+        return _fail(f"internal error: {type(exc).__name__}: {exc}")
 
 
 def _build_parser() -> _Parser:
@@ -134,7 +140,7 @@ def _build_parser() -> _Parser:
         "stats",
         help="per-host figures from JSON event lines",
         description="Read http.try and breaker.transition JSON lines; print per-host figures. "
-        "Other lines are skipped and counted. p50/p99 are within 1%% of the exact value.",
+        "Other lines are skipped and counted. p50/p99 are within 1% of the exact value.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -176,9 +182,10 @@ def _run_get(args: argparse.Namespace) -> int:
     shown = f"{method} {redact_url(url)}"
     with ResilientSession(config) as session:
         try:
-            response = session.request(
-                method, url, headers=headers, data=data, deadline=args.deadline
-            )
+            # Absent --deadline must leave the configured default deadline in force; passing
+            # deadline=None would switch it off.
+            deadline = UNSET if args.deadline is None else args.deadline
+            response = session.request(method, url, headers=headers, data=data, deadline=deadline)
         except requests.RequestException as exc:
             return _fail(f"{shown}: {type(exc).__name__}: {_error_text(exc)}{_tries(session)}")
     sys.stdout.buffer.write(response.content)
@@ -236,19 +243,12 @@ def _tries(session: ResilientSession) -> str:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    try:
-        config = load(args.config)
-    except ConfigError as exc:
-        # Validation errors name the key path; with several files at hand, name the file too.
-        message = str(exc)
-        if not message.startswith(f"{args.config}:"):
-            message = f"{args.config}: {message}"
-        raise ConfigError(message) from None
+    config = load(args.config)
     if args.host is None:
         print(f"{args.config}: ok ({len(config.rules)} host entries)")
         return EXIT_OK
     host, port = _parse_host(args.host)
-    matched = next((rule.pattern for rule in config.rules if rule.matches(host, port)), None)
+    matched = config.matching_pattern(host, port)
     policy = msgspec.to_builtins(config.for_host(host, port), order="deterministic")
     if args.json:
         print(json.dumps(policy, indent=2))
@@ -359,19 +359,22 @@ def _stats_text(summary: dict[str, Any]) -> str:
         "",
         f"{summary['lines']} lines read, {skipped['total']} skipped "
         f"({skipped['not_json']} not JSON, {skipped['other_event']} other events, "
-        f"{skipped['malformed']} malformed); p50/p99 within "
-        f"{summary['relative_error']:.0%}, of the final try of each call",
+        f"{skipped['malformed']} malformed); p50/p99 of each call's final try, within "
+        f"{summary['relative_error']:.0%}",
     ]
     return "\n".join(lines)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+def _table(
+    header: list[str], rows: list[list[Any]], text_columns: tuple[int, ...] = (0,)
+) -> list[str]:
     cells = [header, *[[str(cell) for cell in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    # The first column is text, the rest are figures: left- and right-aligned as a reader expects.
+    # Text is left-aligned and figures right-aligned, so digits line up by place value.
     return [
         "  ".join(
-            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+            cell.ljust(widths[i]) if i in text_columns else cell.rjust(widths[i])
+            for i, cell in enumerate(row)
         ).rstrip()
         for row in cells
     ]
@@ -389,7 +392,46 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    raise UsageError("demo: not available yet")
+    # Imported here: the demo pulls in the loopback server, which get/check/stats never need.
+    from .demo import run_demo
+
+    started = SYSTEM_CLOCK.monotonic()
+    scenes = run_demo(sys.stdout if args.stdout else sys.stderr)
+    elapsed = SYSTEM_CLOCK.monotonic() - started
+    sys.stderr.flush()
+    print()
+    print(_demo_text(scenes))
+    print(f"\n{len(scenes)} scenes in {elapsed:.1f} s against a loopback upstream")
+    return EXIT_OK
+
+
+def _demo_text(scenes: Sequence[SceneResult]) -> str:
+    header = ["scene", "call", "tries", "waits", "decision", "reason", "result"]
+    rows: list[list[Any]] = []
+    for scene in scenes:
+        for index, call in enumerate(scene.calls):
+            name = f"{scene.number} {scene.title}" if index == 0 else ""
+            result = call.result
+            if call.transitions:
+                states = [call.transitions[0].split("->")[0]]
+                states += [transition.split("->")[1] for transition in call.transitions]
+                result += f", breaker {' -> '.join(states)}"
+            row = [name, call.label, call.tries, _waits(call.waits), call.decision, call.reason]
+            rows.append([*row, result])
+    notes = [f"  {scene.number}. {scene.note}" for scene in scenes]
+    return "\n".join([*_table(header, rows, text_columns=(0, 1, 3, 4, 5, 6)), "", *notes])
+
+
+def _waits(waits: Sequence[float]) -> str:
+    if not waits:
+        return "-"
+    if len(waits) <= 3:
+        return " + ".join(_duration(wait) for wait in waits)
+    return f"{len(waits)} waits, {_duration(sum(waits))}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
 
 
 # -- shared ------------------------------------------------------------------------------------

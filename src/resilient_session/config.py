@@ -169,10 +169,17 @@ class Config(msgspec.Struct, frozen=True):
 
     def for_host(self, host: str, port: int) -> HostPolicy:
         """The policy for *host* (lower case, IPv6 without brackets) on *port*."""
-        for rule in self.rules:
-            if rule.matches(host, port):
-                return rule.policy
-        return self.defaults
+        rule = self._match(host, port)
+        return rule.policy if rule is not None else self.defaults
+
+    def matching_pattern(self, host: str, port: int) -> str | None:
+        """The ``hosts:`` key that applies to *host* on *port*, or None for the defaults."""
+        rule = self._match(host, port)
+        return rule.pattern if rule is not None else None
+
+    def _match(self, host: str, port: int) -> _HostRule | None:
+        host = host.lower()
+        return next((rule for rule in self.rules if rule.matches(host, port)), None)
 
     def host_patterns(self) -> list[str]:
         return [rule.pattern for rule in self.rules]
@@ -198,7 +205,13 @@ def load(source: Config | Mapping[str, Any] | str | os.PathLike[str] | None = No
         source = env_path
     if isinstance(source, Mapping):
         return _build(source, "<dict>")
-    return _build(_read_yaml(Path(source)), str(source))
+    try:
+        return _build(_read_yaml(Path(source)), str(source))
+    except ConfigError as exc:
+        message = str(exc)
+        if message.startswith(f"{source}:"):
+            raise
+        raise ConfigError(f"{source}: {message}") from None
 
 
 def _read_yaml(path: Path) -> Any:
@@ -210,7 +223,12 @@ def _read_yaml(path: Path) -> Any:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {_one_line(str(exc))}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None)
+        if mark is not None and problem:
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(str(exc))}") from None
     if data is None:
         raise ConfigError(f"{path}: config file is empty")
     return data
@@ -219,7 +237,7 @@ def _read_yaml(path: Path) -> Any:
 def _build(data: Any, origin: str) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError(
-            f"{origin}: config must be a mapping with defaults:/hosts:, got {type(data).__name__}"
+            f"config must be a mapping with defaults:/hosts:, got {type(data).__name__}"
         )
     raw = _convert(data, _RawDocument, ())
     defaults = _convert(raw.defaults, HostPolicy, ("defaults",))

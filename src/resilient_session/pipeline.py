@@ -37,7 +37,6 @@ def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:
         decision = outcome.decision
         if decision.verdict is not Verdict.RETRY:
             return outcome
-        outcome.discard()
         if decision.wait > 0:
             clock.sleep(decision.wait)
         attempt = attempt.next(outcome)

@@ -18,6 +18,9 @@ from .attempt import Verdict
 TRY_EVENT: Final = "http.try"
 TRANSITION_EVENT: Final = "breaker.transition"
 
+# Quantiles are reported within this fraction of the exact value.
+RELATIVE_ERROR: Final = 0.01
+
 _VERDICTS: Final = frozenset(verdict.value for verdict in Verdict)
 _BREAKER_STATES: Final = frozenset({"closed", "open", "half_open"})
 
@@ -35,7 +38,10 @@ class LogHistogram:
     """
 
     def __init__(
-        self, relative_error: float = 0.01, min_value: float = 1e-6, max_value: float = 1e6
+        self,
+        relative_error: float = RELATIVE_ERROR,
+        min_value: float = 1e-6,
+        max_value: float = 1e6,
     ) -> None:
         if not 0 < relative_error < 1:
             raise ValueError(f"relative_error must be in (0, 1), got {relative_error}")
@@ -246,7 +252,7 @@ class StatsAggregator:
                 "other_event": self.skipped.other_event,
                 "malformed": self.skipped.malformed,
             },
-            "relative_error": LogHistogram().relative_error,
+            "relative_error": RELATIVE_ERROR,
         }
 
 

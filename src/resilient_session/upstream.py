@@ -10,6 +10,7 @@ import socketserver
 import struct
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -63,7 +64,8 @@ class Reply:
     """
 
     status: int = 200
-    headers: Mapping[str, str] = field(default_factory=dict)
+    # A dict is unhashable: kept out of the hash so a Reply stays usable in sets.
+    headers: Mapping[str, str] = field(default_factory=dict, hash=False)
     body: bytes = b""
     delay: float = 0.0
 
@@ -162,6 +164,7 @@ class Hit:
         body: the request body.
         client: the client's ``(host, port)``.
         connection: the serial number of the TCP connection it came on, from 1.
+        at: when it was received, in ``time.monotonic()`` seconds.
     """
 
     method: str
@@ -171,6 +174,7 @@ class Hit:
     body: bytes
     client: tuple[str, int]
     connection: int
+    at: float
 
     def header(self, name: str) -> str | None:
         """The first value of header *name* (case-insensitive), or None when absent."""
@@ -254,7 +258,8 @@ class FlakyUpstream:
     def stop(self) -> None:
         """Stop serving, cut every open connection and wait (briefly) for handlers to end.
 
-        Safe to call twice; returns within about two seconds even while steps hang or drip.
+        Safe to call twice; returns within a few seconds at most, even while steps hang or
+        drip, since every wait in a step ends when the upstream stops.
         """
         server, thread = self._server, self._thread
         if server is None or thread is None:
@@ -359,7 +364,12 @@ class FlakyUpstream:
         with self._lock:
             self._connections += 1
             self._open[sock] = threading.current_thread()
-            return self._connections
+            serial = self._connections
+        if self._stopping.is_set():
+            # Accepted just as stop() took its list of connections to cut: cut it here.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return serial
 
     def _closed(self, sock: socket.socket) -> None:
         with self._lock:
@@ -452,6 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body=body,
                 client=(str(self.client_address[0]), int(self.client_address[1])),
                 connection=self._serial,
+                # The upstream stands for another process: it keeps its own real time.
+                at=time.monotonic(),  # noqa: TID251
             )
         )
         self._play(step)

@@ -89,6 +89,12 @@ def test_every_emitted_event_matches_the_schema(validator, clock):
     ]
     assert errors == []
     assert len(events) == 12
+    assert events[0]["url"] == "http://svc.test/items?token=REDACTED&page=2"
+    assert (events[0]["host"], events[0]["level"], events[0]["attempt"]) == (
+        "http://svc.test:80",
+        "info",
+        1,
+    )
     tries = [(e["decision"], e["reason"]) for e in events if e["event"] == "http.try"]
     assert tries == [
         ("retry", "overload"),

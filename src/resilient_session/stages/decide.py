@@ -6,6 +6,7 @@ import random
 
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
+from resilient_session.body import drain
 from resilient_session.breaker import BreakerState
 from resilient_session.classify import Tier, classify, is_connect_failure
 from resilient_session.clock import Clock
@@ -28,7 +29,14 @@ class Decide:
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         outcome = call_next(attempt)
-        return outcome.with_decision(self.decide(attempt, outcome))
+        decision = self.decide(attempt, outcome)
+        response = outcome.response
+        if decision.verdict is Verdict.RETRY and response is not None:
+            try:
+                drain(response, attempt.call.deadline_at, self._clock)
+            except DeadlineExceeded as cut:
+                return Outcome(response, cut, _give_up(Reason.DEADLINE), breaker=outcome.breaker)
+        return outcome.with_decision(decision)
 
     def decide(self, attempt: Attempt, outcome: Outcome) -> Decision:
         if outcome.refused is not None:

@@ -1,0 +1,285 @@
+"""The demo: named scenes against an embedded FlakyUpstream, each one behaviour, live events.
+
+``run_demo(stream)`` is an application, like the ``demo`` command that calls it: it configures
+structlog for its own duration (JSON lines to *stream*, plus a recorder for the closing table)
+and puts the previous configuration back when it ends. Library code never does this.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+
+import requests
+import structlog
+
+from .clock import SYSTEM_CLOCK
+from .render import json_processors
+from .session import ResilientSession
+from .upstream import FlakyUpstream, Hang, Reply
+
+SCENE_EVENT: Final = "demo.scene"
+
+# Real time passes in the demo, so backoff is tiny and the whole walk takes a few seconds.
+_FAST: Final[Mapping[str, Mapping[str, Any]]] = {
+    "retry": {"backoff_base": 0.1, "backoff_cap": 0.4},
+    "timeout": {"connect": 1.0, "read": 2.0},
+}
+
+_scene_log = structlog.get_logger("resilient_session.demo")
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """One call of a scene (or several alike, summed), as its ``http.try`` events told it."""
+
+    label: str
+    calls: int
+    tries: int
+    waits: tuple[float, ...]
+    decision: str
+    reason: str
+    result: str
+    elapsed: float
+    transitions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SceneResult:
+    """A scene: what it shows, its calls, and how many requests reached the upstream."""
+
+    number: int
+    title: str
+    calls: tuple[CallResult, ...]
+    upstream_hits: int
+    note: str
+
+
+class _Recorder:
+    """A structlog processor keeping a copy of each event, for the table at the end."""
+
+    def __init__(self) -> None:
+        self._events: list[dict[str, Any]] = []
+
+    def __call__(
+        self, logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        self._events.append(dict(event_dict))
+        return event_dict
+
+    def take(self) -> list[dict[str, Any]]:
+        events, self._events = self._events, []
+        return events
+
+
+class _Stage:
+    """What every scene needs: the upstream, the recorder, and one call made and summarised."""
+
+    def __init__(self, upstream: FlakyUpstream, recorder: _Recorder) -> None:
+        self.upstream = upstream
+        self.recorder = recorder
+
+    def session(self, **sections: Mapping[str, Any]) -> ResilientSession:
+        defaults = {name: dict(values) for name, values in _FAST.items()}
+        for name, values in sections.items():
+            defaults[name] = {**defaults.get(name, {}), **values}
+        # A fixed seed: the same waits on every run, so the table reads the same.
+        return ResilientSession({"defaults": defaults}, rng=random.Random(4))  # noqa: S311
+
+    def call(
+        self, session: ResilientSession, method: str, path: str, label: str = "", **kwargs: Any
+    ) -> CallResult:
+        self.recorder.take()
+        started = SYSTEM_CLOCK.monotonic()
+        try:
+            response = session.request(method, self.upstream.url(path), **kwargs)
+            result = f"{response.status_code} {response.reason}"
+        except requests.RequestException as exc:
+            result = type(exc).__name__
+        elapsed = SYSTEM_CLOCK.monotonic() - started
+        return _summarise(label or f"{method} {path}", self.recorder.take(), result, elapsed)
+
+
+def _summarise(label: str, events: list[dict[str, Any]], result: str, elapsed: float) -> CallResult:
+    tries = [event for event in events if event.get("event") == "http.try"]
+    if not tries:
+        raise RuntimeError(f"{label}: no http.try events were recorded")
+    final = tries[-1]
+    return CallResult(
+        label=label,
+        calls=sum(1 for event in tries if event["attempt"] == 1),
+        tries=len(tries),
+        waits=tuple(event["wait"] for event in tries if event["decision"] == "retry"),
+        decision=final["decision"],
+        reason=final["reason"],
+        result=result,
+        elapsed=elapsed,
+        transitions=tuple(
+            f"{event['from']}->{event['to']}"
+            for event in events
+            if event.get("event") == "breaker.transition"
+        ),
+    )
+
+
+def _overload_retried(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/flaky", Reply(503), Reply(503), Reply(200, body=b"ok"))
+    with stage.session() as session:
+        call = stage.call(session, "GET", "/flaky")
+    return [call], "503 is the overload tier: retried with backoff until the 200"
+
+
+def _retry_after_honoured(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/throttled", Reply(429, headers={"Retry-After": "1"}), Reply(200))
+    with stage.session() as session:
+        call = stage.call(session, "GET", "/throttled")
+    return [call], "the wait before the retry is the 1 s the upstream asked for"
+
+
+def _retry_after_too_long(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/busy", Reply(503, headers={"Retry-After": "120"}))
+    with stage.session(retry={"retry_after_cap": 2.0}) as session:
+        call = stage.call(session, "GET", "/busy")
+    return [call], "Retry-After: 120 is over the 2 s cap: the 503 is returned at once"
+
+
+def _post_sent_once(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/orders", Reply(502), Reply(201))
+    with stage.session() as session:
+        call = stage.call(session, "POST", "/orders", data=b'{"item": 1}')
+    hits = stage.upstream.hits("/orders")
+    return [call], f"a POST without Idempotency-Key is not replayed: upstream saw {hits} request"
+
+
+def _post_with_key(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/payments", Reply(502), Reply(201, body=b"created"))
+    with stage.session() as session:
+        call = stage.call(
+            session,
+            "POST",
+            "/payments",
+            "POST /payments + key",
+            data=b'{"amount": 5}',
+            headers={"Idempotency-Key": "demo-7f3a"},
+        )
+    return [call], "with an Idempotency-Key the same POST is safe to send again"
+
+
+def _deadline_cuts_hang(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/slow", Hang(2.0))
+    with stage.session(timeout={"read": 0.3}) as session:
+        call = stage.call(session, "GET", "/slow", "GET /slow, deadline 0.5 s", deadline=0.5)
+    return [call], (
+        f"try 1 hit its 0.3 s read timeout; the retry was cut at the 0.5 s deadline "
+        f"(call took {call.elapsed:.2f} s)"
+    )
+
+
+_OUTAGE_CALLS: Final = 10
+_OUTAGE_ATTEMPTS: Final = 4
+
+
+def _outage_budget(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/down", Reply(503))
+    calls = []
+    # No refill and a small bucket, so the figures are exact: 2 tokens to start, 0.2 a call.
+    with stage.session(
+        retry={"max_attempts": _OUTAGE_ATTEMPTS, "backoff_base": 0.005, "backoff_cap": 0.01},
+        budget={"ratio": 0.2, "max_tokens": 2, "min_per_second": 0},
+        breaker={"failure_threshold": 100},
+    ) as session:
+        for _ in range(_OUTAGE_CALLS):
+            calls.append(stage.call(session, "GET", "/down"))
+    hits = stage.upstream.hits("/down")
+    summed = CallResult(
+        label=f"{_OUTAGE_CALLS}x GET /down",
+        calls=sum(call.calls for call in calls),
+        tries=sum(call.tries for call in calls),
+        waits=tuple(wait for call in calls for wait in call.waits),
+        decision=calls[-1].decision,
+        reason=calls[-1].reason,
+        result=f"{_OUTAGE_CALLS}x {calls[-1].result}",
+        elapsed=sum(call.elapsed for call in calls),
+    )
+    return [summed], (
+        f"upstream saw {hits} requests for {_OUTAGE_CALLS} calls; "
+        f"{_OUTAGE_CALLS * _OUTAGE_ATTEMPTS} without a retry budget"
+    )
+
+
+_RECOVERY: Final = 0.5
+
+
+def _breaker_cycle(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/fragile", Reply(500), Reply(500), Reply(200, body=b"back"))
+    with stage.session(
+        retry={"max_attempts": 3},
+        breaker={"failure_threshold": 2, "recovery_timeout": _RECOVERY},
+    ) as session:
+        opened = stage.call(session, "GET", "/fragile")
+        refused = stage.call(session, "GET", "/fragile")
+        SYSTEM_CLOCK.sleep(_RECOVERY + 0.05)
+        probed = stage.call(session, "GET", "/fragile", f"GET /fragile, {_RECOVERY} s later")
+    hits = stage.upstream.hits("/fragile")
+    return [opened, refused, probed], (
+        f"two 500s open the breaker; the next call never leaves; after {_RECOVERY} s one "
+        f"probe closes it (upstream saw {hits} requests for 3 calls)"
+    )
+
+
+_SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]], ...]] = (
+    ("503 retried to success", _overload_retried),
+    ("429 Retry-After honoured", _retry_after_honoured),
+    ("Retry-After over the cap", _retry_after_too_long),
+    ("POST sent once", _post_sent_once),
+    ("POST + Idempotency-Key retried", _post_with_key),
+    ("deadline cuts a hang", _deadline_cuts_hang),
+    ("outage: budget holds retries", _outage_budget),
+    ("breaker opens, probes, closes", _breaker_cycle),
+)
+
+
+def run_demo(stream: TextIO) -> list[SceneResult]:
+    """Play every scene against a fresh loopback upstream; events go to *stream* as JSON lines.
+
+    Each scene has its own session (its own breakers and budgets) and its own path, so no
+    scene sees another's state. Takes about three seconds of real time.
+
+    Returns:
+        One result per scene, in order, for the closing table.
+    """
+    results = []
+    with _recording(stream) as recorder, FlakyUpstream() as upstream:
+        stage = _Stage(upstream, recorder)
+        for number, (title, play) in enumerate(_SCENES, start=1):
+            _scene_log.info(SCENE_EVENT, scene=number, title=title)
+            before = upstream.total_hits
+            calls, note = play(stage)
+            results.append(
+                SceneResult(number, title, tuple(calls), upstream.total_hits - before, note)
+            )
+    return results
+
+
+@contextmanager
+def _recording(stream: TextIO) -> Iterator[_Recorder]:
+    was_configured = structlog.is_configured()
+    previous = structlog.get_config()
+    recorder = _Recorder()
+    structlog.configure(
+        processors=[recorder, *json_processors()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+    try:
+        yield recorder
+    finally:
+        if was_configured:
+            structlog.configure(**previous)
+        else:
+            structlog.reset_defaults()

@@ -1,0 +1,138 @@
+"""The demo: every scene's decision and reason, its live events, and the command's table."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import structlog
+
+from resilient_session.cli import main
+from resilient_session.demo import SceneResult, run_demo
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "docs" / "events.schema.json").read_text("utf-8")
+)
+
+
+@pytest.fixture(scope="module")
+def played() -> tuple[list[SceneResult], list[dict[str, Any]]]:
+    """One run of the demo: its scene results and every JSON line it streamed."""
+    stream = io.StringIO()
+    scenes = run_demo(stream)
+    return scenes, [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def _calls(scene: SceneResult) -> list[tuple[str, int, str, str, str]]:
+    return [(c.label, c.tries, c.decision, c.reason, c.result) for c in scene.calls]
+
+
+def test_every_scene_ends_with_its_decision_and_reason(played):
+    """Each of the 8 scenes ends as the contract says, with the exact number of tries."""
+    scenes, _ = played
+    assert [_calls(scene) for scene in scenes] == [
+        [("GET /flaky", 3, "success", "ok", "200 OK")],
+        [("GET /throttled", 2, "success", "ok", "200 OK")],
+        [("GET /busy", 1, "give_up", "retry_after_too_long", "503 Service Unavailable")],
+        [("POST /orders", 1, "give_up", "not_idempotent", "502 Bad Gateway")],
+        [("POST /payments + key", 2, "success", "ok", "201 Created")],
+        [("GET /slow, deadline 0.5 s", 2, "give_up", "deadline", "DeadlineExceeded")],
+        [("10x GET /down", 13, "give_up", "budget_exhausted", "10x 503 Service Unavailable")],
+        [
+            ("GET /fragile", 2, "give_up", "breaker_open", "500 Internal Server Error"),
+            ("GET /fragile", 1, "fail_fast", "breaker_open", "CircuitOpenError"),
+            ("GET /fragile, 0.5 s later", 1, "success", "ok", "200 OK"),
+        ],
+    ]
+
+
+def test_scene_figures(played):
+    """Retry-After 1 is waited exactly; the budget holds 10 calls to 13 upstream hits, not 40."""
+    scenes, _ = played
+    assert scenes[1].calls[0].waits == (1.0,)
+    assert [scene.upstream_hits for scene in scenes] == [3, 2, 1, 1, 2, 2, 13, 3]
+    assert scenes[6].calls[0].calls == 10
+    assert "13 requests for 10 calls; 40 without a retry budget" in scenes[6].note
+    assert 0.5 <= scenes[5].calls[0].elapsed < 1.0
+    breaker = scenes[7].calls
+    assert [call.transitions for call in breaker] == [
+        ("closed->open",),
+        (),
+        ("open->half_open", "half_open->closed"),
+    ]
+
+
+def test_streamed_events_are_valid_json_lines(played):
+    """28 http.try and 3 breaker.transition lines stream, each valid against the schema."""
+    _, events = played
+    kinds = [event["event"] for event in events]
+    assert kinds.count("demo.scene") == 8
+    assert kinds.count("http.try") == 28
+    assert kinds.count("breaker.transition") == 3
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    ours = [event for event in events if event["event"] != "demo.scene"]
+    assert [error.message for e in ours for error in validator.iter_errors(e)] == []
+
+
+def test_demo_leaves_structlog_as_it_found_it():
+    """After the demo an unconfigured structlog is unconfigured again: the app's choice stands."""
+    assert not structlog.is_configured()
+    run_demo(io.StringIO())
+    assert not structlog.is_configured()
+
+
+def test_demo_command_with_stdout_flag(capsys):
+    """demo --stdout puts events and the closing table on stdout, nothing on stderr; exit 0."""
+    assert main(["demo", "--stdout"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    lines = captured.out.splitlines()
+    assert sum(1 for line in lines if line.startswith('{"method"')) == 28
+    table = lines[lines.index("") + 1 :]
+    assert table[0].split()[:3] == ["scene", "call", "tries"]
+    assert table[-1].startswith("8 scenes in ")
+
+
+def test_demo_subprocess_finishes_fast_with_a_table():
+    """python -m resilient_session demo exits 0 in under 20 s; events on stderr, table on stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "resilient_session", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr
+    stderr = [json.loads(line) for line in done.stderr.splitlines()]
+    assert sum(1 for event in stderr if event["event"] == "http.try") == 28
+    expected = [
+        ("1 503 retried to success", "success", "ok"),
+        ("2 429 Retry-After honoured", "success", "ok"),
+        ("3 Retry-After over the cap", "give_up", "retry_after_too_long"),
+        ("4 POST sent once", "give_up", "not_idempotent"),
+        ("5 POST + Idempotency-Key retried", "success", "ok"),
+        ("6 deadline cuts a hang", "give_up", "deadline"),
+        ("7 outage: budget holds retries", "give_up", "budget_exhausted"),
+        ("8 breaker opens, probes, closes", "give_up", "breaker_open"),
+    ]
+    for start, decision, reason in expected:
+        words = _row(done.stdout, start)
+        # From the right: a scene's title may contain the decision's word too.
+        at = len(words) - 1 - words[::-1].index(decision)
+        assert words[at + 1] == reason, start
+    assert done.stdout.splitlines()[-1].startswith("8 scenes in ")
+
+
+def _row(table: str, start: str) -> list[str]:
+    """The words of the one line of *table* that starts with *start*."""
+    [line] = [line for line in table.splitlines() if line.startswith(start)]
+    return line.split()
