@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .clock import Clock
-from .config import BreakerPolicy
+from .policy import BreakerPolicy
 
 # An opening after the first lasts up to this much longer, at random, so a fleet of clients
 # that tripped together does not probe a recovering host in lockstep.

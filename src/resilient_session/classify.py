@@ -8,7 +8,7 @@ import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from .attempt import Outcome
-from .config import RetryPolicy
+from .policy import RetryPolicy
 
 
 class Tier(str, Enum):

@@ -1,8 +1,4 @@
-"""Configuration: the frozen policy models, loading from YAML or a dict, and host matching.
-
-The models are msgspec Structs: the same classes validate input, give the error path, produce
-the JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
-"""
+"""Configuration: loading from YAML or a dict, per-host rules, and host matching."""
 
 from __future__ import annotations
 
@@ -11,121 +7,23 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeAlias
+from typing import Any, Final
 
 import msgspec
 import yaml
 
 from .errors import ConfigError
+from .policy import ConfigDocument, EventsPolicy, HostPolicy, RegistryPolicy, StrictStruct
+from .validation import convert, dotted, one_line
 
 ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
 
-Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0)]
-Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
 
-
-class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every config section: frozen, and an unknown key is an error."""
-
-
-class RetryPolicy(_Model, frozen=True):
-    """How many tries a call gets, how long to wait between them, and what is retried."""
-
-    max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 4
-    backoff_base: Seconds = 0.5
-    backoff_cap: Seconds = 8.0
-    retry_after_cap: Annotated[float, msgspec.Meta(ge=0)] = 30.0
-    transient_statuses: frozenset[Status] = frozenset({408, 425, 500, 502, 504})
-    overload_statuses: frozenset[Status] = frozenset({429, 503})
-
-    def __post_init__(self) -> None:
-        if self.backoff_cap < self.backoff_base:
-            raise ValueError(
-                f"backoff_cap: must be >= backoff_base ({self.backoff_base}), "
-                f"got {self.backoff_cap}"
-            )
-        both = self.transient_statuses & self.overload_statuses
-        if both:
-            raise ValueError(f"overload_statuses: {sorted(both)} also listed in transient_statuses")
-
-
-class BudgetPolicy(_Model, frozen=True):
-    """The per-host token bucket that bounds retries to a share of first tries."""
-
-    ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.2
-    min_per_second: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-    max_tokens: Annotated[float, msgspec.Meta(ge=1)] = 10.0
-
-
-class BreakerPolicy(_Model, frozen=True):
-    """The per-host circuit breaker."""
-
-    failure_threshold: Annotated[int, msgspec.Meta(ge=1)] = 5
-    recovery_timeout: Seconds = 5.0
-    recovery_timeout_max: Seconds = 60.0
-    half_open_max_calls: Annotated[int, msgspec.Meta(ge=1)] = 1
-    window: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    failure_rate_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.5
-    minimum_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
-
-    def __post_init__(self) -> None:
-        if self.recovery_timeout_max < self.recovery_timeout:
-            raise ValueError(
-                f"recovery_timeout_max: must be >= recovery_timeout ({self.recovery_timeout}), "
-                f"got {self.recovery_timeout_max}"
-            )
-
-
-class DeadlinePolicy(_Model, frozen=True):
-    """The default deadline of a call and the header that carries what remains of it."""
-
-    default: Seconds | None = None
-    header: Annotated[str, msgspec.Meta(min_length=1)] | None = "X-Request-Timeout-Ms"
-
-
-class TimeoutPolicy(_Model, frozen=True):
-    """Per-try timeouts used when the caller gives none."""
-
-    connect: Seconds = 5.0
-    read: Seconds = 30.0
-
-
-class HostPolicy(_Model, frozen=True):
-    """Everything that applies to one host, after merging its entry over the defaults."""
-
-    retry: RetryPolicy = RetryPolicy()
-    budget: BudgetPolicy = BudgetPolicy()
-    breaker: BreakerPolicy = BreakerPolicy()
-    deadline: DeadlinePolicy = DeadlinePolicy()
-    timeout: TimeoutPolicy = TimeoutPolicy()
-
-
-class RegistryPolicy(_Model, frozen=True):
-    """Bounds on per-host state kept by a session."""
-
-    max_hosts: Annotated[int, msgspec.Meta(ge=1)] = 10_000
-
-
-class EventsPolicy(_Model, frozen=True):
-    """What the ``http.try`` events hide."""
-
-    redact_params: frozenset[Annotated[str, msgspec.Meta(min_length=1)]] = frozenset()
-
-
-class ConfigDocument(_Model, frozen=True):
-    """The shape of a configuration file; used for the JSON Schema and top-level keys."""
-
-    defaults: HostPolicy = HostPolicy()
-    hosts: dict[str, HostPolicy] = {}
-    registry: RegistryPolicy = RegistryPolicy()
-    events: EventsPolicy = EventsPolicy()
-
-
-class _RawDocument(_Model, frozen=True):
+class _RawDocument(StrictStruct, frozen=True):
     """First pass: top-level keys known, host entries kept raw so they can be merged."""
 
-    defaults: dict[str, Any] = {}
-    hosts: dict[str, Any] = {}
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)
+    hosts: dict[str, Any] = msgspec.field(default_factory=dict)
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
 
@@ -228,7 +126,7 @@ def _read_yaml(path: Path) -> Any:
         if mark is not None and problem:
             where = f"{path}:{mark.line + 1}:{mark.column + 1}"
             raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-        raise ConfigError(f"{path}: not valid YAML: {_one_line(str(exc))}") from None
+        raise ConfigError(f"{path}: not valid YAML: {one_line(str(exc))}") from None
     if data is None:
         raise ConfigError(f"{path}: config file is empty")
     return data
@@ -239,8 +137,8 @@ def _build(data: Any, origin: str) -> Config:
         raise ConfigError(
             f"config must be a mapping with defaults:/hosts:, got {type(data).__name__}"
         )
-    raw = _convert(data, _RawDocument, ())
-    defaults = _convert(raw.defaults, HostPolicy, ("defaults",))
+    raw = convert(data, _RawDocument, ())
+    defaults = convert(raw.defaults, HostPolicy, ("defaults",))
     base = msgspec.to_builtins(defaults)
     rules = [_rule(pattern, entry, base) for pattern, entry in raw.hosts.items()]
     rules.sort(key=_HostRule.specificity)
@@ -258,7 +156,7 @@ def _rule(pattern: Any, entry: Any, base: dict[str, Any]) -> _HostRule:
     host, port = _parse_pattern(pattern, path)
     if not isinstance(entry, Mapping):
         raise ConfigError(
-            f"{_dotted(path)}: expected a mapping of sections (retry, budget, ...), "
+            f"{dotted(path)}: expected a mapping of sections (retry, budget, ...), "
             f"got {type(entry).__name__} {entry!r}"
         )
     merged = dict(base)
@@ -267,13 +165,13 @@ def _rule(pattern: Any, entry: Any, base: dict[str, Any]) -> _HostRule:
             merged[section] = {**base[section], **values}
         else:
             merged[section] = values
-    policy = _convert(merged, HostPolicy, path)
+    policy = convert(merged, HostPolicy, path)
     wildcard = any(ch in host for ch in "*?[")
     return _HostRule(pattern=str(pattern), host=host, port=port, wildcard=wildcard, policy=policy)
 
 
 def _parse_pattern(pattern: Any, path: tuple[str, ...]) -> tuple[str, int | None]:
-    where = _dotted(path)
+    where = dotted(path)
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where}: host pattern must be a non-empty string, got {pattern!r}")
     if not _PATTERN_CHARS.match(pattern):
@@ -296,81 +194,6 @@ def _parse_pattern(pattern: Any, path: tuple[str, ...]) -> tuple[str, int | None
     if not host or host.count("[") != host.count("]"):
         raise ConfigError(f"{where}: bad host pattern {pattern!r}: unbalanced [ ]")
     return host, port
-
-
-def _convert(data: Any, model: type[Any], prefix: tuple[str, ...]) -> Any:
-    try:
-        return msgspec.convert(data, model)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(_describe(str(exc), prefix, data)) from None
-
-
-_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
-_UNKNOWN = re.compile(r"unknown field `(?P<key>[^`]+)`")
-_NAMED = re.compile(r"^(?P<key>[a-z_]+): (?P<msg>.*)$", re.DOTALL)
-
-
-def _describe(message: str, prefix: tuple[str, ...], data: Any) -> str:
-    """Turn msgspec's message into ``dotted.key.path: what is wrong, got VALUE``."""
-    at = _AT.match(message)
-    msg, keys = (at.group("msg"), _split_path(at.group("path"))) if at else (message, [])
-    unknown = _UNKNOWN.search(msg)
-    named = _NAMED.match(msg)
-    if unknown:
-        keys.append(unknown.group("key"))
-        return f"{_dotted((*prefix, *keys))}: unknown key"
-    if named:
-        # A relation between two keys, raised by a model's __post_init__: name the second key.
-        keys.append(named.group("key"))
-        return f"{_dotted((*prefix, *keys))}: {named.group('msg')}"
-    value = _lookup(data, keys)
-    if value is _MISSING:
-        shown = ""
-    elif "got" in msg:
-        shown = f" {value!r}"
-    else:
-        shown = f", got {value!r}"
-    return f"{_dotted((*prefix, *keys))}: {_plain(msg)}{shown}"
-
-
-def _split_path(path: str) -> list[str]:
-    # msgspec writes `$.a.b[3]`; list positions are kept as "[3]".
-    return [name or f"[{index}]" for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path)]
-
-
-_MISSING: Final = object()
-
-
-def _lookup(data: Any, keys: list[str]) -> Any:
-    for key in keys:
-        index = key[1:-1]
-        if isinstance(data, Mapping) and key in data:
-            data = data[key]
-        elif isinstance(data, list) and index.isdigit() and int(index) < len(data):
-            data = data[int(index)]
-        else:
-            return _MISSING
-    return data
-
-
-def _plain(message: str) -> str:
-    text = message.replace("`", "")
-    return text[:1].lower() + text[1:]
-
-
-def _dotted(keys: tuple[str, ...] | list[str]) -> str:
-    text = ""
-    for key in keys:
-        if re.fullmatch(r"\[\d+\]", key):
-            text += key
-        else:
-            name = key if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f'"{key}"'
-            text += f".{name}" if text else name
-    return text or "<config>"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def schema() -> dict[str, Any]:

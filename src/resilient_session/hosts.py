@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .clock import SYSTEM_CLOCK, Clock
-from .config import Config, HostPolicy
+from .config import Config
+from .policy import HostPolicy
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 

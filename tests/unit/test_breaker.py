@@ -13,8 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from resilient_session.attempt import Reason
 from resilient_session.breaker import BreakerState, CircuitBreaker, Permit, Transition, TryResult
-from resilient_session.config import BreakerPolicy
 from resilient_session.pipeline import drive
+from resilient_session.policy import BreakerPolicy
 from resilient_session.stages import standard_chain
 from resilient_session.testing import FakeClock, ScriptedTransport
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilient_session.budget import TokenBucket
-from resilient_session.config import BudgetPolicy
+from resilient_session.policy import BudgetPolicy
 from resilient_session.testing import FakeClock
 
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from resilient_session import ConfigError, ResilientSession
-from resilient_session.config import ENV_VAR, Config, HostPolicy, load, schema
+from resilient_session.config import ENV_VAR, Config, load, schema
+from resilient_session.policy import HostPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

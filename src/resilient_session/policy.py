@@ -1,0 +1,111 @@
+"""The policy models: what can be configured, its defaults and its valid ranges.
+
+They are msgspec Structs: the same classes validate input, give the error path, produce the
+JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeAlias
+
+import msgspec
+
+Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0)]
+Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
+
+
+class StrictStruct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config model: frozen, and an unknown key is an error."""
+
+
+class RetryPolicy(StrictStruct, frozen=True):
+    """How many tries a call gets, how long to wait between them, and what is retried."""
+
+    max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 4
+    backoff_base: Seconds = 0.5
+    backoff_cap: Seconds = 8.0
+    retry_after_cap: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    transient_statuses: frozenset[Status] = frozenset({408, 425, 500, 502, 504})
+    overload_statuses: frozenset[Status] = frozenset({429, 503})
+
+    def __post_init__(self) -> None:
+        if self.backoff_cap < self.backoff_base:
+            raise ValueError(
+                f"backoff_cap: must be >= backoff_base ({self.backoff_base}), "
+                f"got {self.backoff_cap}"
+            )
+        both = self.transient_statuses & self.overload_statuses
+        if both:
+            raise ValueError(f"overload_statuses: {sorted(both)} also listed in transient_statuses")
+
+
+class BudgetPolicy(StrictStruct, frozen=True):
+    """The per-host token bucket that bounds retries to a share of first tries."""
+
+    ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.2
+    min_per_second: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    max_tokens: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+
+
+class BreakerPolicy(StrictStruct, frozen=True):
+    """The per-host circuit breaker."""
+
+    failure_threshold: Annotated[int, msgspec.Meta(ge=1)] = 5
+    recovery_timeout: Seconds = 5.0
+    recovery_timeout_max: Seconds = 60.0
+    half_open_max_calls: Annotated[int, msgspec.Meta(ge=1)] = 1
+    window: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    failure_rate_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.5
+    minimum_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
+
+    def __post_init__(self) -> None:
+        if self.recovery_timeout_max < self.recovery_timeout:
+            raise ValueError(
+                f"recovery_timeout_max: must be >= recovery_timeout ({self.recovery_timeout}), "
+                f"got {self.recovery_timeout_max}"
+            )
+
+
+class DeadlinePolicy(StrictStruct, frozen=True):
+    """The default deadline of a call and the header that carries what remains of it."""
+
+    default: Seconds | None = None
+    header: Annotated[str, msgspec.Meta(min_length=1)] | None = "X-Request-Timeout-Ms"
+
+
+class TimeoutPolicy(StrictStruct, frozen=True):
+    """Per-try timeouts used when the caller gives none."""
+
+    connect: Seconds = 5.0
+    read: Seconds = 30.0
+
+
+class HostPolicy(StrictStruct, frozen=True):
+    """Everything that applies to one host, after merging its entry over the defaults."""
+
+    retry: RetryPolicy = RetryPolicy()
+    budget: BudgetPolicy = BudgetPolicy()
+    breaker: BreakerPolicy = BreakerPolicy()
+    deadline: DeadlinePolicy = DeadlinePolicy()
+    timeout: TimeoutPolicy = TimeoutPolicy()
+
+
+class RegistryPolicy(StrictStruct, frozen=True):
+    """Bounds on per-host state kept by a session."""
+
+    max_hosts: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+
+
+class EventsPolicy(StrictStruct, frozen=True):
+    """What the ``http.try`` events hide."""
+
+    redact_params: frozenset[Annotated[str, msgspec.Meta(min_length=1)]] = frozenset()
+
+
+class ConfigDocument(StrictStruct, frozen=True):
+    """The shape of a configuration file; used for the JSON Schema and top-level keys."""
+
+    defaults: HostPolicy = HostPolicy()
+    hosts: dict[str, HostPolicy] = {}
+    registry: RegistryPolicy = RegistryPolicy()
+    events: EventsPolicy = EventsPolicy()
