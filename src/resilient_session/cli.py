@@ -22,11 +22,12 @@ from .config import load
 from .errors import ConfigError
 from .redact import redact_url
 from .render import log_json_lines
+from .report import demo_text, stats_text
 from .session import UNSET, ResilientSession
 from .stats import StatsAggregator
 
 if TYPE_CHECKING:
-    from .demo import SceneResult
+    pass
 
 PROG = "resilient-session"
 
@@ -299,7 +300,7 @@ def _run_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(_stats_text(summary))
+        print(stats_text(summary))
     return EXIT_OK
 
 
@@ -309,83 +310,6 @@ def _text_stdin() -> TextIO:
     if buffer is None:
         return sys.stdin
     return io.TextIOWrapper(buffer, encoding="utf-8", errors="replace")
-
-
-_COLUMNS = [
-    "host",
-    "calls",
-    "tries",
-    "tries/call",
-    "retries",
-    "ok",
-    "give-ups",
-    "fail-fasts",
-    "trips",
-    "p50 total",
-    "p99 total",
-]
-
-
-def _stats_text(summary: dict[str, Any]) -> str:
-    hosts: dict[str, dict[str, Any]] = summary["hosts"]
-    rows = [
-        [
-            host,
-            figures["calls"],
-            figures["tries"],
-            _number(figures["tries_per_call"], "{:.2f}"),
-            figures["retries"],
-            figures["successes"],
-            sum(figures["give_ups"].values()),
-            sum(figures["fail_fasts"].values()),
-            figures["breaker_trips"],
-            _number(figures["total_p50"], "{:.3f} s"),
-            _number(figures["total_p99"], "{:.3f} s"),
-        ]
-        for host, figures in hosts.items()
-    ]
-    lines = _table(_COLUMNS, rows) if rows else ["no events"]
-    for title, key in (
-        ("give-ups by reason", "give_ups"),
-        ("fail-fasts by reason", "fail_fasts"),
-        ("breaker transitions", "breaker_transitions"),
-    ):
-        details = [(host, figures[key]) for host, figures in hosts.items() if figures[key]]
-        if details:
-            lines += ["", title]
-            lines += [f"  {host}  {_counts(counts)}" for host, counts in details]
-    skipped = summary["skipped"]
-    lines += [
-        "",
-        f"{summary['lines']} lines read, {skipped['total']} skipped "
-        f"({skipped['not_json']} not JSON, {skipped['other_event']} other events, "
-        f"{skipped['malformed']} malformed); p50/p99 of each call's final try, within "
-        f"{summary['relative_error']:.0%}",
-    ]
-    return "\n".join(lines)
-
-
-def _table(
-    header: list[str], rows: list[list[Any]], text_columns: tuple[int, ...] = (0,)
-) -> list[str]:
-    cells = [header, *[[str(cell) for cell in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    # Text is left-aligned and figures right-aligned, so digits line up by place value.
-    return [
-        "  ".join(
-            cell.ljust(widths[i]) if i in text_columns else cell.rjust(widths[i])
-            for i, cell in enumerate(row)
-        ).rstrip()
-        for row in cells
-    ]
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return " ".join(f"{name}={count}" for name, count in counts.items())
-
-
-def _number(value: float | None, spec: str) -> str:
-    return "-" if value is None else spec.format(value)
 
 
 # -- demo --------------------------------------------------------------------------------------
@@ -400,38 +324,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     elapsed = SYSTEM_CLOCK.monotonic() - started
     sys.stderr.flush()
     print()
-    print(_demo_text(scenes))
+    print(demo_text(scenes))
     print(f"\n{len(scenes)} scenes in {elapsed:.1f} s against a loopback upstream")
     return EXIT_OK
-
-
-def _demo_text(scenes: Sequence[SceneResult]) -> str:
-    header = ["scene", "call", "tries", "waits", "decision", "reason", "result"]
-    rows: list[list[Any]] = []
-    for scene in scenes:
-        for index, call in enumerate(scene.calls):
-            name = f"{scene.number} {scene.title}" if index == 0 else ""
-            result = call.result
-            if call.transitions:
-                states = [call.transitions[0].split("->")[0]]
-                states += [transition.split("->")[1] for transition in call.transitions]
-                result += f", breaker {' -> '.join(states)}"
-            row = [name, call.label, call.tries, _waits(call.waits), call.decision, call.reason]
-            rows.append([*row, result])
-    notes = [f"  {scene.number}. {scene.note}" for scene in scenes]
-    return "\n".join([*_table(header, rows, text_columns=(0, 1, 3, 4, 5, 6)), "", *notes])
-
-
-def _waits(waits: Sequence[float]) -> str:
-    if not waits:
-        return "-"
-    if len(waits) <= 3:
-        return " + ".join(_duration(wait) for wait in waits)
-    return f"{len(waits)} waits, {_duration(sum(waits))}"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
 
 
 # -- shared ------------------------------------------------------------------------------------
