@@ -17,6 +17,7 @@ from resilient_session.pipeline import drive
 from resilient_session.policy import BreakerPolicy
 from resilient_session.stages import standard_chain
 from resilient_session.testing import FakeClock, ScriptedTransport
+from tests.threads import run_together
 
 LEGAL = {
     (BreakerState.CLOSED, BreakerState.OPEN),
@@ -241,11 +242,9 @@ TestBreakerMachine.settings = settings(max_examples=150, stateful_step_count=40,
 def test_hammer_closed_and_open(clock):
     """16 threads x 1,000 admissions and results on a frozen clock keep counts exact."""
     breaker = make(clock, failure_threshold=10**9)
-    barrier = threading.Barrier(16)
 
     def work(seed: int) -> None:
         chooser = random.Random(seed)
-        barrier.wait()
         for _ in range(1000):
             permit, _ = breaker.allow()
             assert permit is not None
@@ -253,11 +252,7 @@ def test_hammer_closed_and_open(clock):
                 permit, TryResult.FAILURE if chooser.random() < 0.5 else TryResult.SUCCESS
             )
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_together(16, work)
     snap = breaker.snapshot()
     assert (snap.tries, snap.state) == (16_000, BreakerState.CLOSED)
 

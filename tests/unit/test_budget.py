@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilient_session.budget import TokenBucket
 from resilient_session.policy import BudgetPolicy
 from resilient_session.testing import FakeClock
+from tests.threads import run_together
 
 
 def test_starts_full_and_drains():
@@ -82,19 +81,13 @@ def test_retries_never_exceed_the_bound(ops, ratio, rate, cap):
 def test_hammer_exact_counts():
     """16 threads x 1,000 withdrawals on a frozen clock take exactly max_tokens tokens."""
     bucket = TokenBucket(BudgetPolicy(ratio=0, min_per_second=0, max_tokens=500), FakeClock())
-    barrier = threading.Barrier(16)
     won = [0] * 16
 
     def work(index: int) -> None:
-        barrier.wait()
         for _ in range(1000):
             won[index] += bucket.try_withdraw()
 
-    threads = [threading.Thread(target=work, args=(index,)) for index in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_together(16, work)
     snap = bucket.snapshot()
     assert (sum(won), snap.retries, snap.exhausted, snap.tokens) == (500, 500, 15_500, 0.0)
 
@@ -102,21 +95,15 @@ def test_hammer_exact_counts():
 def test_hammer_deposits_and_withdrawals():
     """Concurrent deposits and withdrawals keep the bound and the counts consistent."""
     bucket = TokenBucket(BudgetPolicy(ratio=0.5, min_per_second=0, max_tokens=10), FakeClock())
-    barrier = threading.Barrier(16)
 
     def work(index: int) -> None:
-        barrier.wait()
         for _ in range(1000):
             if index % 2:
                 bucket.deposit()
             else:
                 bucket.try_withdraw()
 
-    threads = [threading.Thread(target=work, args=(index,)) for index in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_together(16, work)
     snap = bucket.snapshot()
     assert snap.first_tries == 8000
     assert snap.retries + snap.exhausted == 8000

@@ -9,6 +9,7 @@ import pytest
 
 from resilient_session.config import load
 from resilient_session.hosts import HostRegistry, host_key
+from tests.threads import run_together
 
 
 @pytest.mark.parametrize(
@@ -75,21 +76,15 @@ def test_memory_flat_for_a_million_hosts_worth_of_churn(clock):
 def test_concurrent_first_use_creates_one_state(clock):
     """64 threads asking for a new host at once all get the same state object."""
     registry = HostRegistry(load({}), clock=clock)
-    barrier = threading.Barrier(64)
     seen: list[object] = []
     lock = threading.Lock()
 
-    def get() -> None:
-        barrier.wait()
+    def get(_: int) -> None:
         state = registry.for_url("http://race.test/")
         with lock:
             seen.append(state)
 
-    threads = [threading.Thread(target=get) for _ in range(64)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_together(64, get)
     assert len(seen) == 64
     assert len({id(state) for state in seen}) == 1
 
