@@ -1,11 +1,14 @@
-"""The frozen values that flow through the pipeline: a call, an attempt, an outcome, a decision."""
+"""The frozen values that flow through the pipeline: a call, an attempt, an outcome, a decision.
+
+They are NamedTuples rather than frozen dataclasses: equally immutable, and several are built
+on every try, where a tuple is built in a fraction of the time.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import requests
 
@@ -40,8 +43,7 @@ class Reason(str, Enum):
     DEADLINE_SPENT = "deadline_spent"
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """A verdict, its reason, and for a retry the seconds to wait first."""
 
     verdict: Verdict
@@ -54,8 +56,7 @@ class Decision:
 UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How one try ended: a response or an error, plus what was decided.
 
     Errors travel as values; only :meth:`unwrap` turns them back into a raised exception. Both
@@ -94,8 +95,7 @@ class Outcome:
         return self.response
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """What stays the same across the tries of one ``adapter.send``."""
 
     request: requests.PreparedRequest
@@ -113,8 +113,7 @@ class Call:
     replayable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One try of a call: its number, and the request and timeout it sends."""
 
     call: Call

@@ -79,6 +79,8 @@ class CircuitBreaker:
         self._state = BreakerState.CLOSED
         # Bumped on every state change; a result admitted in an older epoch is stale.
         self._epoch = 0
+        # Every try admitted in one epoch outside HALF_OPEN gets this same permit.
+        self._closed_permit = Permit(0, probe=False)
         self._consecutive_failures = 0
         self._window: deque[bool] | None = (
             deque(maxlen=policy.window) if policy.window is not None else None
@@ -111,7 +113,7 @@ class CircuitBreaker:
                     return None, transition
                 self._probes += 1
                 return Permit(self._epoch, probe=True), transition
-            return Permit(self._epoch, probe=False), transition
+            return self._closed_permit, transition
 
     def record(self, permit: Permit, result: TryResult) -> tuple[BreakerState, Transition | None]:
         """Count the result of an admitted try; returns the state after it."""
@@ -182,6 +184,7 @@ class CircuitBreaker:
         transition = Transition(self.host, self._state, to_state)
         self._state = to_state
         self._epoch += 1
+        self._closed_permit = Permit(self._epoch, probe=False)
         self._probes = 0
         self._consecutive_failures = 0
         if self._window is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -10,17 +11,50 @@ from .attempt import Attempt, Outcome
 from .breaker import Transition
 from .redact import redact_url
 
-log = structlog.get_logger("resilient_session")
+LOGGER_NAME = "resilient_session"
+
+_proxy = structlog.get_logger(LOGGER_NAME)
 
 
-def listening() -> bool:
-    """True when the application configured structlog.
+class _Resolved(NamedTuple):
+    config_key: tuple[Any, ...]
+    logger: Any
+    info: bool
+    warning: bool
 
-    structlog's unconfigured default prints every event to stdout; a library must not fill an
-    application's stdout uninvited, so until the application configures structlog (or calls
-    :func:`resilient_session.log_json_lines`) events are not emitted at all.
+
+_resolved: _Resolved | None = None
+
+
+def logger_for(level: int) -> Any | None:
+    """The ``resilient_session`` logger when an event at *level* would go anywhere, else None.
+
+    Nothing is emitted until the application configures structlog: structlog's unconfigured
+    default prints every event to stdout, and a library must not fill an application's stdout
+    uninvited. The bound logger is resolved once per structlog configuration rather than on
+    every event (the lazy proxy rebuilds it on each call), and a level the application filters
+    out costs no event fields at all.
     """
-    return structlog.is_configured()
+    global _resolved
+    if not structlog.is_configured():
+        return None
+    config = structlog.get_config()
+    # The resolved logger holds these objects, so their ids cannot be reused while cached.
+    key = (
+        id(config["processors"]),
+        config["wrapper_class"],
+        id(config["logger_factory"]),
+        config["context_class"],
+    )
+    resolved = _resolved
+    if resolved is None or resolved.config_key != key:
+        logger = _proxy.bind()
+        is_enabled_for = getattr(logger, "is_enabled_for", None)
+        info = is_enabled_for(logging.INFO) if is_enabled_for else True
+        warning = is_enabled_for(logging.WARNING) if is_enabled_for else True
+        resolved = _resolved = _Resolved(key, logger, info, warning)
+    enabled = resolved.info if level <= logging.INFO else resolved.warning
+    return resolved.logger if enabled else None
 
 
 def try_fields(
@@ -47,10 +81,12 @@ def try_fields(
 
 def emit_transition(transition: Transition | None) -> None:
     """Log a breaker state change; called after the breaker's lock is released."""
-    if transition is None or not listening():
+    if transition is None:
         return
-    log.warning(
-        "breaker.transition",
-        host=transition.host,
-        **{"from": transition.from_state.value, "to": transition.to_state.value},
-    )
+    logger = logger_for(logging.WARNING)
+    if logger is not None:
+        logger.warning(
+            "breaker.transition",
+            host=transition.host,
+            **{"from": transition.from_state.value, "to": transition.to_state.value},
+        )

@@ -44,6 +44,22 @@ class HostHealth:
 
 def host_key(url: str) -> tuple[str, str, int]:
     """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
+    # Keyed by what precedes the path, so every URL of one host shares one cache entry.
+    scheme, sep, rest = url.partition("://")
+    origin = scheme + sep + rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    cached = _KEY_CACHE.get(origin)
+    if cached is None:
+        if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
+            _KEY_CACHE.clear()
+        cached = _KEY_CACHE[origin] = _parse_host_key(origin)
+    return cached
+
+
+_KEY_CACHE: dict[str, tuple[str, str, int]] = {}
+_KEY_CACHE_SIZE = 1024
+
+
+def _parse_host_key(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = parts.hostname or ""

@@ -39,6 +39,9 @@ def redact_url(url: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     Non-sensitive parameters keep their original encoding, so the logged URL still matches
     what went on the wire.
     """
+    base, _, query = url.partition("?")
+    if "#" not in url and "@" not in base and not _might_hold(query, names):
+        return url  # Nothing to hide: the common case, answered without parsing.
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
     query = parts.query
@@ -53,3 +56,12 @@ def _redact_pair(pair: str, names: frozenset[str]) -> str:
     if unquote_plus(name).strip().lower() in names:
         return f"{name}={REDACTED}"
     return pair
+
+
+def _might_hold(query: str, names: frozenset[str]) -> bool:
+    """True when some parameter of *query* may be sensitive (a cheap over-approximation)."""
+    if not query:
+        return False
+    if "%" in query or "+" in query:
+        return True  # An encoded name could spell a sensitive one; let the full path decide.
+    return any(pair.partition("=")[0].strip().lower() in names for pair in query.split("&"))

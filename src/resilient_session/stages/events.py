@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from resilient_session.attempt import Attempt, Outcome
 from resilient_session.clock import Clock
-from resilient_session.events import listening, log, try_fields
+from resilient_session.events import logger_for, try_fields
 from resilient_session.pipeline import Next
 
 
@@ -17,8 +19,8 @@ class EmitEvents:
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         outcome = call_next(attempt)
-        if listening():
-            log.info(
-                "http.try", **try_fields(attempt, outcome, self._clock.monotonic(), self._redact)
-            )
+        logger = logger_for(logging.INFO)
+        if logger is not None:
+            now = self._clock.monotonic()
+            logger.info("http.try", **try_fields(attempt, outcome, now, self._redact))
         return outcome
