@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import requests
 
+from .errors import is_connect_failure
+
 if TYPE_CHECKING:
     from .breaker import BreakerState
     from .hosts import HostState
@@ -69,7 +71,8 @@ class Outcome(NamedTuple):
     # Set when the try was refused locally (breaker open, deadline spent) and never left.
     refused: Reason | None = None
     breaker: BreakerState | None = None
-    # For a refused later try: the last real try, which is what the caller gets.
+    # What the caller gets instead, when this try never reached the upstream (refused locally,
+    # or a retry that could not connect): the last try that did.
     fallback: Outcome | None = None
 
     @property
@@ -86,7 +89,7 @@ class Outcome(NamedTuple):
 
     def unwrap(self) -> requests.Response:
         """The response the caller gets, or raise the exception the caller sees."""
-        if self.refused is not None and self.fallback is not None:
+        if self.fallback is not None:
             return self.fallback.unwrap()
         if self.error is not None:
             raise self.error
@@ -127,8 +130,9 @@ class Attempt(NamedTuple):
         return cls(call, 1, call.request, call.timeout)
 
     def next(self, outcome: Outcome) -> Attempt:
-        """The attempt after *outcome*, remembering the last try that really went out."""
-        last_real = outcome if outcome.refused is None else self.last_real
+        """The attempt after *outcome*, remembering the last try that reached the upstream."""
+        reached = outcome.refused is None and not is_connect_failure(outcome.error)
+        last_real = outcome if reached else self.last_real
         return Attempt(self.call, self.number + 1, self.call.request, self.call.timeout, last_real)
 
     def sending(self, request: requests.PreparedRequest, timeout: Any) -> Attempt:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from enum import Enum
 
 import requests
-from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from .attempt import Outcome
 from .policy import RetryPolicy
@@ -61,19 +60,3 @@ def is_transient_error(error: BaseException | None) -> bool:
         # A proxy that answers 407 wants credentials; asking again will not change that.
         return "407" not in str(error)
     return isinstance(error, _TRANSIENT_ERRORS)
-
-
-def is_connect_failure(error: BaseException | None) -> bool:
-    """True when the request never left: refused, DNS failure, connect timeout.
-
-    Such a failure is safe to retry for every method. Anything after the request may have
-    been written (a reset, a read timeout, a dropped keep-alive connection) is a read failure.
-    """
-    if isinstance(error, requests.exceptions.ConnectTimeout):
-        return True
-    if not isinstance(error, requests.exceptions.ConnectionError) or not error.args:
-        return False
-    cause = error.args[0]
-    if isinstance(cause, MaxRetryError):
-        cause = cause.reason
-    return isinstance(cause, NewConnectionError)

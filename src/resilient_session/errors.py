@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import requests
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 
 class DeadlineExceeded(requests.exceptions.Timeout):
@@ -22,3 +23,19 @@ class CircuitOpenError(requests.exceptions.ConnectionError):
 
 class ConfigError(requests.exceptions.RequestException, ValueError):
     """The configuration is invalid; the message names the dotted key path and the bad value."""
+
+
+def is_connect_failure(error: BaseException | None) -> bool:
+    """True when the request never left: refused, DNS failure, connect timeout.
+
+    Such a failure is safe to retry for every method. Anything after the request may have
+    been written (a reset, a read timeout, a dropped keep-alive connection) is a read failure.
+    """
+    if isinstance(error, requests.exceptions.ConnectTimeout):
+        return True
+    if not isinstance(error, requests.exceptions.ConnectionError) or not error.args:
+        return False
+    cause = error.args[0]
+    if isinstance(cause, MaxRetryError):
+        cause = cause.reason
+    return isinstance(cause, NewConnectionError)

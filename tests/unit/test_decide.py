@@ -410,3 +410,29 @@ def test_token_withdrawn_only_for_a_retry_that_happens(harness):
     h.run(404)
     h.run((503, {"Retry-After": "99"}))
     assert h.host().bucket.snapshot().tokens == 2.0
+
+
+def test_retries_that_cannot_connect_return_the_last_reached_result(harness):
+    """A broken body, then retries refused at connect: the caller sees the broken body, as
+    plain requests would, not the refusal of a retry that never reached the upstream."""
+    broken = requests.exceptions.ChunkedEncodingError("body cut")
+    outcome, transport = harness(FAST).run(broken, refused())
+    assert transport.calls == 4
+    with pytest.raises(requests.exceptions.ChunkedEncodingError) as raised:
+        outcome.unwrap()
+    assert raised.value is broken
+
+
+def test_503_then_refused_returns_the_503(harness):
+    """A 503, then an upstream that stops accepting connections: the 503 is returned."""
+    outcome, transport = harness(FAST).run(503, refused())
+    assert transport.calls == 4
+    assert outcome.unwrap().status_code == 503
+
+
+def test_refused_from_the_first_try_raises_connection_error(harness):
+    """When no try ever reached the upstream, the last refusal is raised."""
+    outcome, transport = harness(FAST).run(refused())
+    assert transport.calls == 4
+    with pytest.raises(requests.ConnectionError):
+        outcome.unwrap()

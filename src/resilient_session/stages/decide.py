@@ -8,9 +8,9 @@ from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdic
 from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
 from resilient_session.body import drain
 from resilient_session.breaker import BreakerState
-from resilient_session.classify import Tier, classify, is_connect_failure
+from resilient_session.classify import Tier, classify
 from resilient_session.clock import Clock
-from resilient_session.errors import DeadlineExceeded
+from resilient_session.errors import DeadlineExceeded, is_connect_failure
 from resilient_session.pipeline import Next
 
 _SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
@@ -36,6 +36,14 @@ class Decide:
                 drain(response, attempt.call.deadline_at, self._clock)
             except DeadlineExceeded as cut:
                 return Outcome(response, cut, _give_up(Reason.DEADLINE), breaker=outcome.breaker)
+        if (
+            decision.verdict is not Verdict.RETRY
+            and attempt.last_real is not None
+            and is_connect_failure(outcome.error)
+        ):
+            # Like a try refused locally, a retry that could not even connect never reached
+            # the upstream: the caller gets what the last try that did reach it got.
+            return outcome._replace(decision=decision, fallback=attempt.last_real)
         return outcome.with_decision(decision)
 
     def decide(self, attempt: Attempt, outcome: Outcome) -> Decision:
