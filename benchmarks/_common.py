@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -44,11 +45,24 @@ def canned_transport() -> Iterator[None]:
     of their own code and none of the network's.
     """
     original = HTTPAdapter.send
+    original_getaddrinfo = socket.getaddrinfo
     HTTPAdapter.send = _canned_send  # type: ignore[method-assign]
+    # The made-up hostnames must never reach a resolver, even if something bypasses the patch.
+    socket.getaddrinfo = _loopback_only
     try:
         yield
     finally:
         HTTPAdapter.send = original  # type: ignore[method-assign]
+        socket.getaddrinfo = original_getaddrinfo
+
+
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if host not in ("localhost", "127.0.0.1", "::1", None):
+        raise socket.gaierror(socket.EAI_NONAME, f"benchmarks: no lookups of {host} here")
+    return _real_getaddrinfo(host, *args, **kwargs)
 
 
 def rss_bytes() -> int:

@@ -15,6 +15,7 @@ import random
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
@@ -58,21 +59,23 @@ class Hit(NamedTuple):
 class _State:
     def __init__(self) -> None:
         self.started_at = float("inf")
-        self.phases: tuple[Phase, ...] = ()
+        self.phases: tuple[tuple[Phase, ...], ...] = ()
         self.rng = random.Random(0)
         self.record = False
         self.hits: list[Hit] = []
 
-    def phase(self, now: float) -> Phase | None:
+    def phase(self, stack: int, now: float) -> Phase | None:
+        if stack >= len(self.phases):
+            return None
         current = None
-        for phase in self.phases:
+        for phase in self.phases[stack]:
             if now - self.started_at >= phase.at:
                 current = phase
         return current
 
     def answer(self, stack: int, head: bytes) -> int:
         now = time.monotonic()
-        phase = self.phase(now)
+        phase = self.phase(stack, now)
         status = 200
         if phase is not None and phase.fail > 0 and self.rng.random() < phase.fail:
             status = RESET if phase.reset else 503
@@ -149,7 +152,7 @@ async def _main(conn: Connection, stacks: int, lifetime: float) -> None:
             kind, args = "stop", []
         if kind == "schedule":
             started_at, phases, seed, record = args
-            state.started_at, state.phases = started_at, tuple(phases)
+            state.started_at, state.phases = started_at, tuple(map(tuple, phases))
             state.rng, state.record, state.hits = random.Random(seed), record, []
         elif kind == "collect":
             conn.send(state.hits)
@@ -172,7 +175,7 @@ class Upstream:
     Example::
 
         with Upstream(stacks=2) as upstream:
-            upstream.schedule(time.monotonic(), [Phase(0, 0.0), Phase(2, 1.0)])
+            upstream.schedule(time.monotonic(), [[], [Phase(0, 0.0), Phase(2, 1.0)]])
             requests.get(upstream.url(0))
             hits = upstream.collect()
     """
@@ -185,18 +188,27 @@ class Upstream:
         )
         self._process.start()
         child.close()
-        if not self._conn.poll(30):
+        try:
+            if not self._conn.poll(30):
+                raise EOFError
+            self.ports: list[int] = self._conn.recv()
+        except EOFError:
             self.close()
-            raise RuntimeError("the upstream process did not start")
-        self.ports: list[int] = self._conn.recv()
+            raise RuntimeError("the upstream process did not start") from None
 
     def url(self, stack: int = 0, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.ports[stack]}{path}"
 
     def schedule(
-        self, started_at: float, phases: list[Phase], *, seed: int = 0, record: bool = True
+        self,
+        started_at: float,
+        phases: Sequence[Sequence[Phase]],
+        *,
+        seed: int = 0,
+        record: bool = True,
     ) -> None:
-        """Follow *phases* from the ``time.monotonic()`` instant *started_at*; clears hits."""
+        """From the ``time.monotonic()`` instant *started_at*, stack ``i`` follows
+        ``phases[i]`` (healthy where none is given); clears the recorded hits."""
         self._conn.send(("schedule", started_at, phases, seed, record))
 
     def collect(self) -> list[Hit]:

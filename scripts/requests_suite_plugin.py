@@ -24,6 +24,7 @@ from pluggy import Result
 
 _COUNTS: Counter[str] = Counter()
 _OUTCOMES: dict[str, dict[str, str | float]] = {}
+_SWAP: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
@@ -211,9 +212,6 @@ def _swap_sessions() -> None:
     requests.session = session
     requests.sessions.session = session
     _SWAP["module"] = str(Path(resilient_session.__file__).parent)
-
-
-_SWAP: dict[str, str] = {}
 
 
 # --- outcomes ----------------------------------------------------------------------------------

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
+import msgspec
 import structlog
 from structlog.typing import Processor
+
+# msgspec renders an event several times faster than json.dumps; anything it cannot encode
+# (an application's own objects in the event) is rendered with repr, as JSONRenderer does.
+_ENCODER = msgspec.json.Encoder(enc_hook=repr)
+
+
+def _dumps(event: Any, **_: Any) -> str:
+    return _ENCODER.encode(event).decode()
 
 
 def json_processors() -> list[Processor]:
@@ -18,7 +27,7 @@ def json_processors() -> list[Processor]:
     return [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.JSONRenderer(),
+        structlog.processors.JSONRenderer(serializer=_dumps),
     ]
 
 
