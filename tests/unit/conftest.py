@@ -8,7 +8,7 @@ import pytest
 
 
 def _no_real_sleep(seconds: float) -> None:
-    raise AssertionError(f"time.sleep({seconds}) in a unit test: use FakeClock")
+    raise AssertionError(f"a real {seconds} s sleep in a unit test: use FakeClock")
 
 
 @pytest.fixture(autouse=True)
