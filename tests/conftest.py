@@ -55,21 +55,12 @@ class Harness:
         self.registry = HostRegistry(load(config or {}), clock=clock, rng=rng)
 
     def run(
-        self,
-        *steps: Step,
-        method: str = "GET",
-        url: str = "http://svc.test/items",
-        headers: dict[str, str] | None = None,
-        body: Any = None,
-        latency: float = 0.0,
-        timeout: Any = None,
-        deadline: float | None = None,
+        self, *steps: Step, latency: float = 0.0, **request: Any
     ) -> tuple[Outcome, ScriptedTransport]:
+        """Drive one call; *request* takes the keywords of :meth:`first_attempt`."""
         transport = ScriptedTransport(self.clock, *steps, latency=latency)
         chain = standard_chain(transport, clock=self.clock, rng=self.rng)
-        outcome = drive(
-            chain, self.first_attempt(method, url, headers, body, timeout, deadline), self.clock
-        )
+        outcome = drive(chain, self.first_attempt(**request), self.clock)
         return outcome, transport
 
     def first_attempt(

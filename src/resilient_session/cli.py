@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -90,13 +91,17 @@ def _build_parser() -> _Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Every subcommand ends its --help with the exit codes.
+    command = functools.partial(
+        commands.add_parser,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
-    get = commands.add_parser(
+    get = command(
         "get",
         help="send one request through the stack: body to stdout, events to stderr",
         description="Send one request through ResilientSession, like a small curl.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     get.add_argument("url", metavar="URL", help="an absolute http:// or https:// URL")
     get.add_argument(
@@ -124,11 +129,9 @@ def _build_parser() -> _Parser:
     )
     get.set_defaults(run=_run_get)
 
-    check = commands.add_parser(
+    check = command(
         "check",
         help="validate a config file; with --host, print the policy that host gets",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("config", metavar="CONFIG", help="the YAML file to validate")
     check.add_argument(
@@ -137,13 +140,11 @@ def _build_parser() -> _Parser:
     check.add_argument("--json", action="store_true", help="print the policy as JSON")
     check.set_defaults(run=_run_check)
 
-    stats = commands.add_parser(
+    stats = command(
         "stats",
         help="per-host figures from JSON event lines",
         description="Read http.try and breaker.transition JSON lines; print per-host figures. "
         "Other lines are skipped and counted. p50/p99 are within 1% of the exact value.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     stats.add_argument(
         "file",
@@ -155,11 +156,9 @@ def _build_parser() -> _Parser:
     stats.add_argument("--json", action="store_true", help="print one JSON document")
     stats.set_defaults(run=_run_stats)
 
-    demo = commands.add_parser(
+    demo = command(
         "demo",
         help="walk through every behaviour against an embedded flaky upstream on loopback",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument(
         "--stdout", action="store_true", help="stream the JSON events to stdout instead of stderr"

@@ -79,9 +79,6 @@ class Config(msgspec.Struct, frozen=True):
         host = host.lower()
         return next((rule for rule in self.rules if rule.matches(host, port)), None)
 
-    def host_patterns(self) -> list[str]:
-        return [rule.pattern for rule in self.rules]
-
 
 def load(source: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:
     """Load and validate a configuration.
