@@ -10,7 +10,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from .attempt import Attempt, Call, Outcome
+from .attempt import UNDECIDED, Attempt, Call, Outcome
 from .body import read_body
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
@@ -25,6 +25,8 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELET
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _REPLAYABLE_BODIES = (str, bytes, bytearray)
+
+_new_tuple = tuple.__new__
 
 
 class ResilientAdapter(HTTPAdapter):
@@ -83,16 +85,9 @@ class ResilientAdapter(HTTPAdapter):
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
         call = start_call(
-            request,
-            registry=self._registry,
-            clock=self._clock,
-            stream=stream,
-            timeout=timeout,
-            verify=verify,
-            cert=cert,
-            proxies=proxies,
+            request, self._registry, self._clock, stream, timeout, verify, cert, proxies
         )
-        return drive(self._chain, Attempt.first(call), self._clock).unwrap()
+        return drive(self._chain, Attempt(call, 1, request, call.timeout), self._clock).unwrap()
 
     def _transport(self, attempt: Attempt) -> Outcome:
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
@@ -114,7 +109,7 @@ class ResilientAdapter(HTTPAdapter):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
-        return Outcome(response=response)
+        return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[call-overload]
@@ -130,7 +125,6 @@ class ResilientAdapter(HTTPAdapter):
 
 def start_call(
     request: requests.PreparedRequest,
-    *,
     registry: HostRegistry,
     clock: Clock,
     stream: bool = False,
@@ -150,20 +144,24 @@ def start_call(
         deadline_at = now + default if deadline_at is None else min(deadline_at, now + default)
     if timeout is None:
         # The one deliberate difference from requests: a try never waits forever.
-        timeout = (policy.timeout.connect, policy.timeout.read)
+        timeout = state.default_timeout
     method = (request.method or "GET").upper()
-    return Call(
-        request=request,
-        method=method,
-        host=state.key,
-        state=state,
-        stream=stream,
-        timeout=timeout,
-        verify=verify,
-        cert=cert,
-        proxies=proxies,
-        deadline_at=deadline_at,
-        started_at=now,
-        idempotent=method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers,
-        replayable=request.body is None or isinstance(request.body, _REPLAYABLE_BODIES),
+    # Positional, in the fields' declared order: this runs once per call.
+    return _new_tuple(
+        Call,
+        (
+            request,
+            method,
+            state.key,
+            state,
+            stream,
+            timeout,
+            verify,
+            cert,
+            proxies,
+            deadline_at,
+            now,
+            method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers,
+            request.body is None or isinstance(request.body, _REPLAYABLE_BODIES),
+        ),
     )

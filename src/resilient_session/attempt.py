@@ -53,6 +53,8 @@ class Decision(NamedTuple):
     wait: float = 0.0
 
 
+_new_tuple = tuple.__new__
+
 # What an outcome says until a stage decides: terminal, so a chain without a decide stage
 # never loops.
 UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
@@ -79,13 +81,15 @@ class Outcome(NamedTuple):
     def status(self) -> int | None:
         return self.response.status_code if self.response is not None else None
 
+    # These two run on every try: tuple.__new__ skips the keyword handling of the generated
+    # constructor, and the fields are spelled in their declared order.
     def with_decision(self, decision: Decision) -> Outcome:
-        return Outcome(
-            self.response, self.error, decision, self.refused, self.breaker, self.fallback
-        )
+        response, error, _, refused, breaker, fallback = self
+        return _new_tuple(Outcome, (response, error, decision, refused, breaker, fallback))
 
     def with_breaker(self, state: BreakerState) -> Outcome:
-        return Outcome(self.response, self.error, self.decision, self.refused, state, self.fallback)
+        response, error, decision, refused, _, fallback = self
+        return _new_tuple(Outcome, (response, error, decision, refused, state, fallback))
 
     def unwrap(self) -> requests.Response:
         """The response the caller gets, or raise the exception the caller sees."""

@@ -34,6 +34,10 @@ class TryResult(Enum):
     NEUTRAL = "neutral"
 
 
+_SUCCESS = TryResult.SUCCESS
+_STILL_CLOSED: tuple[BreakerState, None] = (BreakerState.CLOSED, None)
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
     """A state change, returned from under the lock so it is logged after release."""
@@ -81,6 +85,10 @@ class CircuitBreaker:
         self._epoch = 0
         # Every try admitted in one epoch outside HALF_OPEN gets this same permit.
         self._closed_permit = Permit(0, probe=False)
+        # While CLOSED, what allow() answers, read without the lock: a try admitted just as
+        # another thread opens the breaker holds a permit of the old epoch, and its result is
+        # dropped as stale, exactly as if it had been admitted a moment before the change.
+        self._closed_admission: tuple[Permit, None] | None = (self._closed_permit, None)
         self._consecutive_failures = 0
         self._window: deque[bool] | None = (
             deque(maxlen=policy.window) if policy.window is not None else None
@@ -100,6 +108,9 @@ class CircuitBreaker:
 
     def allow(self) -> tuple[Permit | None, Transition | None]:
         """Admit a try (a permit) or refuse it (None); OPEN turns HALF_OPEN once its time is up."""
+        admission = self._closed_admission
+        if admission is not None:
+            return admission
         with self._lock:
             transition = None
             if self._state is BreakerState.OPEN:
@@ -119,6 +130,10 @@ class CircuitBreaker:
         """Count the result of an admitted try; returns the state after it."""
         with self._lock:
             self._tries += 1
+            if result is _SUCCESS and permit is self._closed_permit and self._window is None:
+                # The happy path: a success in the current CLOSED epoch only resets the run.
+                self._consecutive_failures = 0
+                return _STILL_CLOSED
             if result is TryResult.FAILURE:
                 self._failures += 1
             if permit.epoch != self._epoch:
@@ -185,6 +200,9 @@ class CircuitBreaker:
         self._state = to_state
         self._epoch += 1
         self._closed_permit = Permit(self._epoch, probe=False)
+        self._closed_admission = (
+            (self._closed_permit, None) if to_state is BreakerState.CLOSED else None
+        )
         self._probes = 0
         self._consecutive_failures = 0
         if self._window is not None:

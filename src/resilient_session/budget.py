@@ -33,6 +33,8 @@ class TokenBucket:
 
     def __init__(self, policy: BudgetPolicy, clock: Clock) -> None:
         self._policy = policy
+        self._max_tokens = policy.max_tokens
+        self._ratio = policy.ratio
         self._clock = clock
         self._lock = threading.Lock()
         self._tokens = float(policy.max_tokens)
@@ -44,9 +46,12 @@ class TokenBucket:
     def deposit(self) -> None:
         """Credit one first try."""
         with self._lock:
-            self._refill()
             self._first_tries += 1
-            self._tokens = min(self._policy.max_tokens, self._tokens + self._policy.ratio)
+            # A full bucket, the usual case, has nothing to gain; leaving the refill time
+            # behind is harmless because every withdrawal refills first.
+            if self._tokens < self._max_tokens:
+                self._refill()
+                self._tokens = min(self._max_tokens, self._tokens + self._ratio)
 
     def try_withdraw(self) -> bool:
         """Take one token for a retry; False, and nothing taken, when less than one is left."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -24,9 +24,8 @@ _SCOPE: contextvars.ContextVar[DeadlineScope | None] = contextvars.ContextVar(
 )
 
 
-def current_scope() -> DeadlineScope | None:
-    """The deadline scope in force here, if any."""
-    return _SCOPE.get()
+# The deadline scope in force here, if any; the contextvar's own getter, as it is read per call.
+current_scope: Callable[[], DeadlineScope | None] = _SCOPE.get
 
 
 @contextmanager

@@ -79,10 +79,8 @@ def try_fields(
     }
 
 
-def emit_transition(transition: Transition | None) -> None:
+def emit_transition(transition: Transition) -> None:
     """Log a breaker state change; called after the breaker's lock is released."""
-    if transition is None:
-        return
     logger = logger_for(logging.WARNING)
     if logger is not None:
         logger.warning(

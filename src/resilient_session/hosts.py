@@ -25,6 +25,8 @@ class HostState:
     policy: HostPolicy
     breaker: CircuitBreaker
     bucket: TokenBucket
+    # (connect, read) for a try whose caller gave no timeout, built once rather than per call.
+    default_timeout: tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +46,16 @@ class HostHealth:
 
 def host_key(url: str) -> tuple[str, str, int]:
     """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
-    # Keyed by what precedes the path, so every URL of one host shares one cache entry.
+    return _key_of_origin(_origin(url))
+
+
+def _origin(url: str) -> str:
+    """What precedes the path: every URL of one host, spelled alike, shares it."""
     scheme, sep, rest = url.partition("://")
-    origin = scheme + sep + rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return scheme + sep + rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+
+
+def _key_of_origin(origin: str) -> tuple[str, str, int]:
     cached = _KEY_CACHE.get(origin)
     if cached is None:
         if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
@@ -90,6 +99,9 @@ class HostRegistry:
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()
         self._hosts: OrderedDict[str, HostState] = OrderedDict()
+        # The origin and state most recently moved to the end, so never the next evicted:
+        # a client calling one host again finds it without parsing or locking.
+        self._last: tuple[str, HostState] | None = None
 
     def __len__(self) -> int:
         with self._lock:
@@ -97,12 +109,20 @@ class HostRegistry:
 
     def for_url(self, url: str) -> HostState:
         """The state of the host *url* points at, created on first use."""
-        key, host, port = host_key(url)
-        with self._lock:
-            state = self._hosts.get(key)
-            if state is not None:
-                self._hosts.move_to_end(key)
+        last = self._last
+        if last is not None:
+            origin, state = last
+            end = len(origin)
+            if url.startswith(origin) and (len(url) == end or url[end] in "/?#"):
                 return state
+        origin = _origin(url)
+        key, host, port = _key_of_origin(origin)
+        with self._lock:
+            known = self._hosts.get(key)
+            if known is not None:
+                self._hosts.move_to_end(key)
+                self._last = (origin, known)
+                return known
         # Matching and building happen outside the lock; a racing thread's entry wins.
         policy = self.config.for_host(host, port)
         fresh = HostState(
@@ -110,12 +130,14 @@ class HostRegistry:
             policy,
             CircuitBreaker(key, policy.breaker, self._clock, self._rng),
             TokenBucket(policy.budget, self._clock),
+            (policy.timeout.connect, policy.timeout.read),
         )
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
             self._hosts.move_to_end(key)
             while len(self._hosts) > self._max_hosts:
                 self._hosts.popitem(last=False)
+            self._last = (origin, state)
             return state
 
     def health(self) -> dict[str, HostHealth]:

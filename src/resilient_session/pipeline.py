@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import Protocol, TypeAlias
 
 from .attempt import Attempt, Outcome, Verdict
@@ -26,8 +27,11 @@ def compose(middlewares: Sequence[Middleware], transport: Next) -> Next:
 
 
 def _link(middleware: Middleware, call_next: Next) -> Next:
+    # A stage that is an object is called through its bound __call__: calling the object
+    # itself takes a slower path through the interpreter, once per stage per try.
+    stage = middleware if isinstance(middleware, FunctionType) else middleware.__call__
     # One scope per link, so each closure keeps its own call_next.
-    return lambda attempt: middleware(attempt, call_next)
+    return lambda attempt: stage(attempt, call_next)
 
 
 def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:

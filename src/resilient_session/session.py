@@ -29,12 +29,6 @@ UNSET: Final = _Unset()
 Deadline: TypeAlias = float | _Unset | None
 
 
-def _with_deadline(kwargs: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
-    if not isinstance(deadline, _Unset):
-        kwargs["deadline"] = deadline
-    return kwargs
-
-
 class ResilientSession(requests.Session):
     """A drop-in ``requests.Session``: write it where ``requests.Session()`` was.
 
@@ -106,37 +100,51 @@ class ResilientSession(requests.Session):
     def get(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().get(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().get(url, *args, **kwargs)
 
     def options(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().options(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().options(url, *args, **kwargs)
 
     def head(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().head(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().head(url, *args, **kwargs)
 
     def post(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().post(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().post(url, *args, **kwargs)
 
     def put(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().put(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().put(url, *args, **kwargs)
 
     def patch(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().patch(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().patch(url, *args, **kwargs)
 
     def delete(
         self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
     ) -> Response:
-        return super().delete(url, *args, **_with_deadline(kwargs, deadline))
+        if deadline is not UNSET:
+            kwargs["deadline"] = deadline
+        return super().delete(url, *args, **kwargs)
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""

@@ -257,6 +257,43 @@ def test_hammer_closed_and_open(clock):
     assert (snap.tries, snap.state) == (16_000, BreakerState.CLOSED)
 
 
+def test_hammer_opening_while_admitting_without_the_lock(clock):
+    """16 threads admit and fail tries while the breaker opens: it opens exactly once, every
+    admission is either counted as a try or as a refusal, and no stale result reopens it."""
+    breaker = make(clock, failure_threshold=50)
+    transitions: list[Transition] = []
+    counts = Counter[str]()
+    lock = threading.Lock()
+
+    def work(_: int) -> None:
+        admitted = refused = 0
+        seen = []
+        for _ in range(1000):
+            permit, moved = breaker.allow()
+            if moved is not None:
+                seen.append(moved)
+            if permit is None:
+                refused += 1
+                continue
+            admitted += 1
+            recorded = breaker.record(permit, TryResult.FAILURE)[1]
+            if recorded is not None:
+                seen.append(recorded)
+        with lock:
+            transitions.extend(seen)
+            counts.update(admitted=admitted, refused=refused)
+
+    run_together(16, work)
+    snap = breaker.snapshot()
+    assert [(t.from_state, t.to_state) for t in transitions] == [
+        (BreakerState.CLOSED, BreakerState.OPEN)
+    ]
+    assert snap.state is BreakerState.OPEN
+    assert (snap.tries, snap.rejected) == (counts["admitted"], counts["refused"])
+    assert counts["admitted"] + counts["refused"] == 16_000
+    assert 50 <= counts["admitted"] < 16_000
+
+
 @pytest.mark.parametrize("max_probes", [1, 3])
 def test_64_threads_in_half_open_admit_exactly_max_probes(harness, clock, max_probes):
     """64 threads calling a half-open host at once: exactly half_open_max_calls reach it."""

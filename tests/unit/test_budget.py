@@ -41,6 +41,20 @@ def test_refill_over_time_and_cap():
     assert bucket.snapshot().tokens == 4.0
 
 
+def test_idle_full_bucket_bursts_no_more_than_max_tokens():
+    """Deposits into a full bucket over a long idle stretch add nothing to the next burst."""
+    clock = FakeClock()
+    bucket = TokenBucket(BudgetPolicy(ratio=0.5, min_per_second=1, max_tokens=3), clock)
+    for _ in range(100):
+        clock.advance(10)
+        bucket.deposit()
+    assert [bucket.try_withdraw() for _ in range(4)] == [True, True, True, False]
+    clock.advance(1.0)
+    assert bucket.try_withdraw()
+    assert not bucket.try_withdraw()
+    assert bucket.snapshot().first_tries == 100
+
+
 OPERATIONS = st.lists(
     st.one_of(
         st.tuples(st.just("first"), st.just(0.0)),

@@ -36,6 +36,36 @@ def test_same_host_same_state_different_port_separate(clock):
     assert len(registry) == 2
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        "http://a.test.evil/x",
+        "http://a.test:8080/x",
+        "http://a.test@evil.test/x",
+        "https://a.test/x",
+    ],
+)
+def test_repeated_host_shortcut_never_matches_a_lookalike(clock, other):
+    """After a.test, a URL that merely starts with its origin gets its own state."""
+    registry = HostRegistry(load({}), clock=clock)
+    first = registry.for_url("http://a.test/x")
+    assert registry.for_url(other) is not first
+    assert registry.for_url("http://a.test?q=1") is first
+    assert registry.for_url("http://a.test") is first
+    assert len(registry) == 2
+
+
+def test_repeated_host_survives_eviction_of_others(clock):
+    """The host just used is never the one evicted, even at max_hosts 1."""
+    registry = HostRegistry(load({"registry": {"max_hosts": 1}}), clock=clock)
+    first = registry.for_url("http://a.test/")
+    assert registry.for_url("http://a.test/y") is first
+    second = registry.for_url("http://b.test/")
+    assert list(registry.health()) == ["http://b.test:80"]
+    assert registry.for_url("http://b.test/z") is second
+    assert registry.for_url("http://a.test/") is not first
+
+
 def test_policy_resolved_per_host(clock):
     """Each host's state carries the policy its most specific entry gives."""
     registry = HostRegistry(

@@ -14,7 +14,8 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Fail fast while the host's breaker is open; otherwise send and count the result."""
     breaker = attempt.call.state.breaker
     permit, opened_to_probe = breaker.allow()
-    emit_transition(opened_to_probe)
+    if opened_to_probe is not None:
+        emit_transition(opened_to_probe)
     if permit is None:
         error = CircuitOpenError(
             f"circuit breaker for {breaker.host} is open; the call was not sent",
@@ -33,7 +34,8 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     finally:
         # Always recorded, so a half-open probe slot is never leaked by an exception.
         state, transition = breaker.record(permit, result)
-    emit_transition(transition)
+    if transition is not None:
+        emit_transition(transition)
     return outcome.with_breaker(state)
 
 
@@ -44,9 +46,9 @@ def try_result(outcome: Outcome) -> TryResult:
     429 included: a throttling host said when to come back. A try refused locally, or failed
     for a reason of ours (TLS, a bad URL), says nothing either way.
     """
+    response = outcome.response
+    if response is not None:
+        return TryResult.FAILURE if response.status_code >= 500 else TryResult.SUCCESS
     if outcome.refused is not None:
         return TryResult.NEUTRAL
-    status = outcome.status
-    if status is not None:
-        return TryResult.FAILURE if status >= 500 else TryResult.SUCCESS
     return TryResult.FAILURE if is_transient_error(outcome.error) else TryResult.NEUTRAL

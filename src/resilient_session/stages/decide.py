@@ -29,8 +29,11 @@ class Decide:
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         outcome = call_next(attempt)
-        decision = self.decide(attempt, outcome)
         response = outcome.response
+        if response is not None and response.status_code < 400 and outcome.error is None:
+            # The happy path, decided without the tiers: any 2xx or 3xx ends the call.
+            return outcome.with_decision(_SUCCESS)
+        decision = self.decide(attempt, outcome)
         if decision.verdict is Verdict.RETRY and response is not None:
             try:
                 drain(response, attempt.call.deadline_at, self._clock)
