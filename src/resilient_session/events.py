@@ -17,7 +17,7 @@ _proxy = structlog.get_logger(LOGGER_NAME)
 
 
 class _Resolved(NamedTuple):
-    config_key: tuple[Any, ...]
+    config: dict[str, Any]
     logger: Any
     info: bool
     warning: bool
@@ -39,20 +39,16 @@ def logger_for(level: int) -> Any | None:
     if not structlog.is_configured():
         return None
     config = structlog.get_config()
-    # The resolved logger holds these objects, so their ids cannot be reused while cached.
-    key = (
-        id(config["processors"]),
-        config["wrapper_class"],
-        id(config["logger_factory"]),
-        config["context_class"],
-    )
     resolved = _resolved
-    if resolved is None or resolved.config_key != key:
+    # One comparison in C: the same objects compare equal at once, and a processor list
+    # changed in place no longer equals the copy of it kept here.
+    if resolved is None or resolved.config != config:
         logger = _proxy.bind()
         is_enabled_for = getattr(logger, "is_enabled_for", None)
         info = is_enabled_for(logging.INFO) if is_enabled_for else True
         warning = is_enabled_for(logging.WARNING) if is_enabled_for else True
-        resolved = _resolved = _Resolved(key, logger, info, warning)
+        kept = {**config, "processors": list(config["processors"])}
+        resolved = _resolved = _Resolved(kept, logger, info, warning)
     enabled = resolved.info if level <= logging.INFO else resolved.warning
     return resolved.logger if enabled else None
 
@@ -73,9 +69,10 @@ def try_fields(
         "error": type(error).__name__ if error is not None else None,
         "wait": round(decision.wait, 6),
         "total": round(now - call.started_at, 6),
-        "decision": decision.verdict.value,
-        "reason": decision.reason.value,
-        "breaker": outcome.breaker.value if outcome.breaker is not None else None,
+        # _value_ is the member's own attribute; .value goes through a descriptor each time.
+        "decision": decision.verdict._value_,
+        "reason": decision.reason._value_,
+        "breaker": outcome.breaker._value_ if outcome.breaker is not None else None,
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
@@ -62,6 +64,17 @@ def _might_hold(query: str, names: frozenset[str]) -> bool:
     """True when some parameter of *query* may be sensitive (a cheap over-approximation)."""
     if not query:
         return False
-    if "%" in query or "+" in query:
-        return True  # An encoded name could spell a sensitive one; let the full path decide.
-    return any(pair.partition("=")[0].strip().lower() in names for pair in query.split("&"))
+    if "%" in query or "+" in query or not query.isascii():
+        # An encoded name could spell a sensitive one, and str.lower() of non-ASCII text can
+        # differ from a case-blind match: let the exact path decide.
+        return True
+    return _name_pattern(names).search(query) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _name_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    # A parameter whose name, whitespace around it and case aside, is one of *names*: for
+    # ASCII text the same test as pair.partition("=")[0].strip().lower() in names, in one
+    # search.
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?:^|&)\s*(?:{alternatives})\s*(?:=|&|$)", re.IGNORECASE)

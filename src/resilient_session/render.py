@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any, TextIO
 
 import msgspec
@@ -15,8 +16,34 @@ from structlog.typing import Processor
 _ENCODER = msgspec.json.Encoder(enc_hook=repr)
 
 
-def _dumps(event: Any, **_: Any) -> str:
-    return _ENCODER.encode(event).decode()
+def render_json(_logger: Any, _method_name: str, event_dict: Any) -> str:
+    """The last processor: the event as one JSON object, as ``JSONRenderer`` renders it."""
+    return _ENCODER.encode(event_dict).decode()
+
+
+def add_utc_timestamp(_logger: Any, _method_name: str, event_dict: Any) -> Any:
+    """Add ``timestamp``: ISO 8601 UTC to the microsecond, ``2026-01-05T10:00:00.000000Z``.
+
+    Formatting the date and time of day once per second, not once per event, takes most of
+    the cost out of structlog's ``TimeStamper``.
+    """
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    second, prefix = _last_second
+    if seconds != second:
+        prefix = _format_second(seconds)
+    event_dict["timestamp"] = f"{prefix}.{nanoseconds // 1000:06d}Z"
+    return event_dict
+
+
+def _format_second(seconds: int) -> str:
+    global _last_second
+    prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    # One tuple, so a thread reading it never pairs one second with another's text.
+    _last_second = (seconds, prefix)
+    return prefix
+
+
+_last_second: tuple[int, str] = (-1, "")
 
 
 def json_processors() -> list[Processor]:
@@ -24,11 +51,7 @@ def json_processors() -> list[Processor]:
 
     For an application that configures structlog itself: put these last in its chain.
     """
-    return [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.JSONRenderer(serializer=_dumps),
-    ]
+    return [structlog.processors.add_log_level, add_utc_timestamp, render_json]
 
 
 def log_json_lines(stream: TextIO | None = None, *, level: int = logging.INFO) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
+import time
 
 import pytest
 import requests
@@ -12,7 +14,7 @@ import responses
 import structlog
 from dirty_equals import IsFloat
 
-from resilient_session import ResilientSession, log_json_lines
+from resilient_session import ResilientSession, log_json_lines, render
 from resilient_session.testing import FakeClock
 
 URL = "http://user:pw@svc.test/items?token=t0p&x=1"
@@ -132,3 +134,65 @@ def test_json_lines_helper_and_no_secret_headers():
     } <= set(events[0])
     for secret in ("SECRET", "pw", "t0p"):
         assert secret not in stream.getvalue()
+
+
+def test_timestamps_are_utc_iso_to_the_microsecond(monkeypatch):
+    """The timestamp processor formats each second once and each event's microseconds."""
+    base = 1_767_607_200  # 2026-01-05T10:00:00Z
+    ticks = [base * 10**9 + 7_000, base * 10**9 + 999_999_999, (base + 61) * 10**9]
+    stamped = []
+    for tick in ticks:
+        monkeypatch.setattr(time, "time_ns", lambda tick=tick: tick)
+        stamped.append(render.add_utc_timestamp(None, "info", {})["timestamp"])
+    monkeypatch.undo()
+    assert stamped == [
+        "2026-01-05T10:00:00.000007Z",
+        "2026-01-05T10:00:00.999999Z",
+        "2026-01-05T10:01:01.000000Z",
+    ]
+
+
+def test_json_lines_match_structlog_own_renderer():
+    """Our processors give the same fields and values as structlog's TimeStamper and
+    JSONRenderer, timestamps aside."""
+    event = {"event": "http.try", "status": 503, "wait": 0.25, "error": None, "url": "http://a/"}
+    ours = json.loads(
+        render.render_json(None, "info", render.add_utc_timestamp(None, "info", dict(event)))
+    )
+    theirs = json.loads(
+        structlog.processors.JSONRenderer()(
+            None,
+            "info",
+            structlog.processors.TimeStamper(fmt="iso", utc=True)(None, "info", dict(event)),
+        )
+    )
+    assert ours.keys() == theirs.keys()
+    assert {k: v for k, v in ours.items() if k != "timestamp"} == {
+        k: v for k, v in theirs.items() if k != "timestamp"
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ours["timestamp"])
+
+
+def test_events_follow_every_reconfiguration():
+    """A new configuration, an equal one with another stream, and a processor list changed in
+    place each take effect from the next try."""
+    session = ResilientSession(clock=FakeClock())
+    first, second = io.StringIO(), io.StringIO()
+    seen: list[str] = []
+
+    def spy(_logger: object, _name: str, event_dict: dict[str, object]) -> dict[str, object]:
+        seen.append(str(event_dict["event"]))
+        return event_dict
+
+    with responses.RequestsMock() as mock:
+        mock.add(responses.GET, ANY_ITEMS, status=200)
+        log_json_lines(first)
+        session.get(URL)
+        log_json_lines(second)
+        session.get(URL)
+        structlog.get_config()["processors"].insert(0, spy)
+        session.get(URL)
+        log_json_lines(first, level=logging.WARNING)
+        session.get(URL)
+    assert (len(first.getvalue().splitlines()), len(second.getvalue().splitlines())) == (1, 2)
+    assert seen == ["http.try"]

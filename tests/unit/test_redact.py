@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from resilient_session.redact import SENSITIVE_PARAMS, redact_url, sensitive_names
 
@@ -38,3 +40,20 @@ def test_extra_names_from_config():
     assert redact_url("https://a.test/?session_id=1&x=2", names) == (
         "https://a.test/?session_id=REDACTED&x=2"
     )
+
+
+NAME_PARTS = st.sampled_from(
+    ["token", "TOKEN", "Api_Key", "sig", "code", "id", "page", "tok", "en", " ", "\t", "\x1c", "K"]
+)
+
+
+@settings(max_examples=500)
+@given(names=st.lists(st.lists(NAME_PARTS, min_size=1, max_size=3).map("".join), max_size=6))
+def test_no_sensitive_value_survives_any_spelling(names):
+    """Whatever case and whitespace a parameter name has, a sensitive one loses its value and
+    every other keeps it."""
+    query = "&".join(f"{name}=value{index}" for index, name in enumerate(names))
+    logged = redact_url(f"https://a.test/x?{query}")
+    for index, name in enumerate(names):
+        hidden = name.strip().lower() in SENSITIVE_PARAMS
+        assert (f"value{index}&" in logged + "&") is not hidden, (name, logged)

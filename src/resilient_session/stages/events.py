@@ -9,6 +9,8 @@ from resilient_session.clock import Clock
 from resilient_session.events import logger_for, try_fields
 from resilient_session.pipeline import Next
 
+_INFO = logging.INFO
+
 
 class EmitEvents:
     """Outermost, so the event sees every inner stage's word on the try."""
@@ -19,7 +21,7 @@ class EmitEvents:
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         outcome = call_next(attempt)
-        logger = logger_for(logging.INFO)
+        logger = logger_for(_INFO)
         if logger is not None:
             now = self._clock.monotonic()
             logger.info("http.try", **try_fields(attempt, outcome, now, self._redact))
