@@ -199,7 +199,9 @@ def case_loopback(plan: Plan, upstream: Upstream, timeout: tuple[float, float] |
     return _row(label, "µs", samples, f"ratio <= {RATIO_LOOPBACK}", ratio <= RATIO_LOOPBACK)
 
 
-def _threaded_block(session: requests.Session, url: str, calls: int) -> float:
+def _threaded_block(
+    session: requests.Session, url: str, calls: int, timeout: tuple[float, float] | None
+) -> float:
     """Microseconds of wall time per call, *THREADS* threads sharing *session*."""
     barrier = threading.Barrier(THREADS + 1)
     errors: list[BaseException] = []
@@ -208,7 +210,7 @@ def _threaded_block(session: requests.Session, url: str, calls: int) -> float:
         barrier.wait()
         try:
             for _ in range(calls):
-                session.get(url)
+                session.get(url, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - reported after the join
             errors.append(exc)
 
@@ -225,7 +227,7 @@ def _threaded_block(session: requests.Session, url: str, calls: int) -> float:
     return elapsed / (THREADS * calls) * 1e6
 
 
-def case_threads(plan: Plan, upstream: Upstream) -> Row:
+def case_threads(plan: Plan, upstream: Upstream, timeout: tuple[float, float] | None) -> Row:
     url = upstream.url(0, "/v1/items?id=42")
     with requests.Session() as plain, ResilientSession() as resilient:
         # A connection per thread for both, so neither churns connections past its pool.
@@ -234,20 +236,17 @@ def case_threads(plan: Plan, upstream: Upstream) -> Row:
             "http://", ResilientAdapter(registry=resilient.registry, pool_maxsize=THREADS)
         )
         for session in (plain, resilient):
-            _threaded_block(session, url, plan.thread_calls // 4)
+            _threaded_block(session, url, plan.thread_calls // 4, timeout)
         samples = interleaved(
-            lambda: _threaded_block(plain, url, plan.thread_calls),
-            lambda: _threaded_block(resilient, url, plan.thread_calls),
+            lambda: _threaded_block(plain, url, plan.thread_calls, timeout),
+            lambda: _threaded_block(resilient, url, plan.thread_calls, timeout),
             plan.rounds,
         )
     _, ratio = pair_stats(*samples)
-    return _row(
-        f"c. loopback, {THREADS} threads, one session",
-        "µs",
-        samples,
-        f"ratio <= {RATIO_THREADS}",
-        ratio <= RATIO_THREADS,
-    )
+    label = f"c. loopback, {THREADS} threads, one session"
+    if timeout is not None:
+        label += f", both timeout={timeout}"
+    return _row(label, "µs", samples, f"ratio <= {RATIO_THREADS}", ratio <= RATIO_THREADS)
 
 
 def _rss_marks(step: Callable[[int], object], count: int, every: int) -> list[tuple[int, int]]:
@@ -548,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(case_loopback(plan, upstream, None))
                 rows.append(case_loopback(plan, upstream, (5.0, 30.0)))
             if "c" in args.cases:
-                rows.append(case_threads(plan, upstream))
+                rows.append(case_threads(plan, upstream, None))
+                rows.append(case_threads(plan, upstream, (5.0, 30.0)))
     ok = all(row.holds for row in rows)
     if rows:
         print()

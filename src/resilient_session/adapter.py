@@ -105,7 +105,10 @@ class ResilientAdapter(HTTPAdapter):
             return Outcome(error=exc)
         if not call.stream:
             try:
-                read_body(response, call.deadline_at, self._clock)
+                if call.deadline_at is None:
+                    _ = response.content  # no deadline to read under: requests' own read
+                else:
+                    read_body(response, call.deadline_at, self._clock)
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)

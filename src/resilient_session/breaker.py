@@ -85,10 +85,10 @@ class CircuitBreaker:
         self._epoch = 0
         # Every try admitted in one epoch outside HALF_OPEN gets this same permit.
         self._closed_permit = Permit(0, probe=False)
-        # While CLOSED, what allow() answers, read without the lock: a try admitted just as
-        # another thread opens the breaker holds a permit of the old epoch, and its result is
-        # dropped as stale, exactly as if it had been admitted a moment before the change.
-        self._closed_admission: tuple[Permit, None] | None = (self._closed_permit, None)
+        # While CLOSED, what allow() answers, readable without the lock (None otherwise): a
+        # try admitted just as another thread opens the breaker holds a permit of the old
+        # epoch, and its result is dropped as stale, as if admitted a moment before the change.
+        self.closed_admission: tuple[Permit, None] | None = (self._closed_permit, None)
         self._consecutive_failures = 0
         self._window: deque[bool] | None = (
             deque(maxlen=policy.window) if policy.window is not None else None
@@ -108,7 +108,7 @@ class CircuitBreaker:
 
     def allow(self) -> tuple[Permit | None, Transition | None]:
         """Admit a try (a permit) or refuse it (None); OPEN turns HALF_OPEN once its time is up."""
-        admission = self._closed_admission
+        admission = self.closed_admission
         if admission is not None:
             return admission
         with self._lock:
@@ -200,7 +200,7 @@ class CircuitBreaker:
         self._state = to_state
         self._epoch += 1
         self._closed_permit = Permit(self._epoch, probe=False)
-        self._closed_admission = (
+        self.closed_admission = (
             (self._closed_permit, None) if to_state is BreakerState.CLOSED else None
         )
         self._probes = 0

@@ -11,6 +11,9 @@ from .clock import Clock
 
 Next: TypeAlias = Callable[[Attempt], Outcome]
 
+# A module constant: looking a member up on its Enum class costs more, and this runs per try.
+_RETRY = Verdict.RETRY
+
 
 class Middleware(Protocol):
     """One stage: runs once per try, around the stages inside it."""
@@ -39,7 +42,7 @@ def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:
     while True:
         outcome = handler(attempt)
         decision = outcome.decision
-        if decision.verdict is not Verdict.RETRY:
+        if decision.verdict is not _RETRY:
             return outcome
         if decision.wait > 0:
             clock.sleep(decision.wait)

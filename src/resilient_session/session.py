@@ -77,13 +77,28 @@ class ResilientSession(requests.Session):
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
 
+    # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
+    # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
+    # equal to requests.Session.request's.
     def request(
         self,
         method: str | bytes,
         url: str | bytes,
-        *args: Any,
+        params: Any = None,
+        data: Any = None,
+        headers: Any = None,
+        cookies: Any = None,
+        files: Any = None,
+        auth: Any = None,
+        timeout: Any = None,
+        allow_redirects: bool = True,
+        proxies: Any = None,
+        hooks: Any = None,
+        stream: bool | None = None,
+        verify: Any = None,
+        cert: Any = None,
+        json: Any = None,
         deadline: Deadline = UNSET,
-        **kwargs: Any,
     ) -> Response:
         """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
 
@@ -92,9 +107,15 @@ class ResilientSession(requests.Session):
         switches the configured default off for this call.
         """
         if isinstance(deadline, _Unset):
-            return super().request(method, url, *args, **kwargs)
+            return super().request(
+                method, url, params, data, headers, cookies, files, auth, timeout,
+                allow_redirects, proxies, hooks, stream, verify, cert, json,
+            )  # fmt: skip
         with deadline_scope(deadline, clock=self._clock):
-            return super().request(method, url, *args, **kwargs)
+            return super().request(
+                method, url, params, data, headers, cookies, files, auth, timeout,
+                allow_redirects, proxies, hooks, stream, verify, cert, json,
+            )  # fmt: skip
 
     if TYPE_CHECKING:
         # Type checkers see ``deadline=`` on every verb. At run time requests' own verbs pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import pickle
 from collections.abc import Iterator
@@ -82,6 +83,31 @@ def test_deadline_kwarg(mock, session, clock):
         session.get(URL, deadline=0.5)
     assert isinstance(raised.value, requests.Timeout)
     assert len(mock.calls) == 1
+
+
+def test_request_takes_requests_parameters_in_requests_order():
+    """request() spells out requests' parameters (it passes them on by position): the same
+    names, order and defaults, plus deadline= last. A requests release that changes them
+    fails here first."""
+    ours = list(inspect.signature(ResilientSession.request).parameters.values())
+    theirs = list(inspect.signature(requests.Session.request).parameters.values())
+    assert [(p.name, p.default) for p in ours[:-1]] == [(p.name, p.default) for p in theirs]
+    assert ours[-1].name == "deadline"
+
+
+@pytest.mark.parametrize("verb", ["get", "options", "head", "post", "put", "patch", "delete"])
+def test_every_verb_takes_deadline_and_requests_positionals(mock, session, verb):
+    """deadline= reaches the call through requests' own verbs, and what requests takes by
+    position still lands where requests puts it."""
+    mock.add(verb.upper(), URL, status=200)
+    mock.add(verb.upper(), URL, status=200)
+    send = getattr(session, verb)
+    send(URL, deadline=1.5)
+    session.request(verb.upper(), URL, {"page": "2"}, b"body", {"X-Mine": "1"})
+    first, second = (call.request for call in mock.calls)
+    assert first.headers["X-Request-Timeout-Ms"] == "1500"
+    assert "X-Request-Timeout-Ms" not in second.headers
+    assert (second.url, second.body, second.headers["X-Mine"]) == (URL + "?page=2", b"body", "1")
 
 
 def test_deadline_none_switches_off_config_default(mock, clock):

@@ -13,7 +13,7 @@ from resilient_session.pipeline import Next
 def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Fail fast while the host's breaker is open; otherwise send and count the result."""
     breaker = attempt.call.state.breaker
-    permit, opened_to_probe = breaker.allow()
+    permit, opened_to_probe = breaker.closed_admission or breaker.allow()
     if opened_to_probe is not None:
         emit_transition(opened_to_probe)
     if permit is None:
@@ -27,13 +27,13 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
             breaker=BreakerState.OPEN,
             fallback=attempt.last_real,
         )
-    result = TryResult.NEUTRAL
     try:
         outcome = call_next(attempt)
-        result = try_result(outcome)
-    finally:
-        # Always recorded, so a half-open probe slot is never leaked by an exception.
-        state, transition = breaker.record(permit, result)
+    except BaseException:
+        # Recorded even then, so a half-open probe slot is never leaked.
+        breaker.record(permit, TryResult.NEUTRAL)
+        raise
+    state, transition = breaker.record(permit, try_result(outcome))
     if transition is not None:
         emit_transition(transition)
     return outcome.with_breaker(state)
