@@ -63,7 +63,7 @@ FULL = Plan(
     rounds=21,
     block=2_000,
     loopback_block=1_500,
-    thread_calls=400,
+    thread_calls=250,
     memory_calls=100_000,
     memory_hosts=20_000,
     profile_calls=20_000,
@@ -471,15 +471,19 @@ def _emit(logger: Any) -> Callable[[], object]:
     return lambda: logger.info("http.try", **_FIELDS)
 
 
-def _stage_ablation() -> None:
-    """``ResilientAdapter.send`` with each standard stage left out in turn (canned transport)."""
+def _stage_ablation(rounds: int = 200, calls: int = 200) -> None:
+    """What each stage adds inside a whole ``session.get`` (canned transport, events off).
+
+    Alone, a piece runs with warm caches and costs about half of what it costs between
+    requests' own work, so this is measured in place: *rounds* short blocks of *calls*,
+    plain and resilient alternating, the median of their differences.
+    """
     try:
         from resilient_session.pipeline import compose
         from resilient_session.stages import standard_stages
 
         session = ResilientSession()
         adapter: Any = session.get_adapter(URL)
-        request = requests.Request("GET", URL).prepare()
         stages = standard_stages(
             clock=resilient_session.SYSTEM_CLOCK, rng=session._rng, redact=frozenset()
         )
@@ -487,21 +491,42 @@ def _stage_ablation() -> None:
     except (ImportError, AttributeError, TypeError) as exc:
         print(f"\n(stage ablation skipped: {type(exc).__name__}: {exc})")
         return
-    plain = requests.adapters.HTTPAdapter()
-    base = _per_call_us(lambda: plain.send(request))
-    rows = [["all stages", f"{_per_call_us(lambda: adapter.send(request)) - base:+.2f}"]]
+    plain = requests.Session()
     full = adapter._chain
+    chains = [("all stages", full)]
     for index, stage in enumerate(stages):
-        adapter._chain = compose([s for i, s in enumerate(stages) if i != index], transport)
         name = getattr(stage, "__name__", type(stage).__name__)
-        rows.append(
-            [f"without {name}", f"{_per_call_us(lambda: adapter.send(request)) - base:+.2f}"]
+        chains.append(
+            (f"without {name}", compose([s for i, s in enumerate(stages) if i != index], transport))
         )
-    adapter._chain = compose([], transport)
-    rows.append(["no stages", f"{_per_call_us(lambda: adapter.send(request)) - base:+.2f}"])
+    chains.append(("no stages (session, start_call, drive, transport)", compose([], transport)))
+    rows = []
+    for label, chain in chains:
+        adapter._chain = chain
+        added = _in_place_added_us(plain, session, rounds, calls)
+        rows.append([label, f"{added:+.2f}"])
     adapter._chain = full
-    print("\n### ResilientAdapter.send over HTTPAdapter.send, stages left out (µs per call)\n")
-    print(table(["chain", "added µs"], rows))
+    print("\n### inside session.get, stages left out: µs added over requests.Session\n")
+    print(table(["chain", "added µs (median of short pairs)"], rows))
+
+
+def _in_place_added_us(
+    plain: requests.Session, resilient: requests.Session, rounds: int, calls: int
+) -> float:
+    for session in (plain, resilient):
+        _time_block(lambda s=session: s.get(URL), calls)  # type: ignore[misc]
+    differences = []
+    for round_number in range(rounds):
+        pair = [
+            lambda: _time_block(lambda: plain.get(URL), calls),
+            lambda: _time_block(lambda: resilient.get(URL), calls),
+        ]
+        if round_number % 2:
+            pair.reverse()
+        first, second = (run() for run in pair)
+        plain_us, resilient_us = (first, second) if round_number % 2 == 0 else (second, first)
+        differences.append(resilient_us - plain_us)
+    return median(differences)
 
 
 def _per_call_us(fn: Callable[[], object], number: int = 20_000) -> float:
