@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any, NamedTuple
 
@@ -47,7 +48,8 @@ def logger_for(level: int) -> Any | None:
         is_enabled_for = getattr(logger, "is_enabled_for", None)
         info = is_enabled_for(logging.INFO) if is_enabled_for else True
         warning = is_enabled_for(logging.WARNING) if is_enabled_for else True
-        kept = {**config, "processors": list(config["processors"])}
+        # A copy of the processors, of their own type: a tuple stays a tuple and equal.
+        kept = {**config, "processors": copy.copy(config["processors"])}
         resolved = _resolved = _Resolved(kept, logger, info, warning)
     enabled = resolved.info if level <= logging.INFO else resolved.warning
     return resolved.logger if enabled else None
