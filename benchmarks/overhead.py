@@ -57,6 +57,7 @@ class Plan:
     memory_calls: int
     memory_hosts: int
     profile_calls: int
+    ablation_rounds: int
 
 
 FULL = Plan(
@@ -67,6 +68,7 @@ FULL = Plan(
     memory_calls=100_000,
     memory_hosts=20_000,
     profile_calls=20_000,
+    ablation_rounds=200,
 )
 QUICK = Plan(
     rounds=7,
@@ -76,6 +78,7 @@ QUICK = Plan(
     memory_calls=30_000,
     memory_hosts=12_000,
     profile_calls=5_000,
+    ablation_rounds=60,
 )
 THREADS = 16
 
@@ -384,7 +387,7 @@ def profile_hot_path(plan: Plan) -> None:
                 )
             )
     with canned_transport():
-        _component_timings()
+        _component_timings(plan.ablation_rounds)
 
 
 _FIELDS = {
@@ -441,7 +444,7 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
     ]
 
 
-def _component_timings() -> None:
+def _component_timings(ablation_rounds: int) -> None:
     """Each piece of one try's work, timed alone (no profiler in the way)."""
     rows = []
     for name, setup in _pieces():
@@ -463,7 +466,7 @@ def _component_timings() -> None:
     print("\n### pieces of one try, timed alone (timeit, best of 5)\n")
     print("Alone, each runs with warm caches; inside a whole call the same code costs more.\n")
     print(table(["piece", "µs per call"], rows))
-    _stage_ablation()
+    _stage_ablation(ablation_rounds)
 
 
 def _emit(logger: Any) -> Callable[[], object]:
@@ -471,7 +474,7 @@ def _emit(logger: Any) -> Callable[[], object]:
     return lambda: logger.info("http.try", **_FIELDS)
 
 
-def _stage_ablation(rounds: int = 200, calls: int = 200) -> None:
+def _stage_ablation(rounds: int, calls: int = 200) -> None:
     """What each stage adds inside a whole ``session.get`` (canned transport, events off).
 
     Alone, a piece runs with warm caches and costs about half of what it costs between
