@@ -87,7 +87,7 @@ class ResilientAdapter(HTTPAdapter):
         call = start_call(
             request, self._registry, self._clock, stream, timeout, verify, cert, proxies
         )
-        return drive(self._chain, Attempt(call, 1, request, call.timeout), self._clock).unwrap()
+        return drive(self._chain, Attempt.first(call), self._clock).unwrap()
 
     def _transport(self, attempt: Attempt) -> Outcome:
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
@@ -155,7 +155,6 @@ def start_call(
         (
             request,
             method,
-            state.key,
             state,
             stream,
             timeout,

@@ -107,7 +107,6 @@ class Call(NamedTuple):
 
     request: requests.PreparedRequest
     method: str
-    host: str
     state: HostState
     stream: bool
     timeout: Any
@@ -131,7 +130,7 @@ class Attempt(NamedTuple):
 
     @classmethod
     def first(cls, call: Call) -> Attempt:
-        return cls(call, 1, call.request, call.timeout)
+        return _new_tuple(cls, (call, 1, call.request, call.timeout, None))
 
     def next(self, outcome: Outcome) -> Attempt:
         """The attempt after *outcome*, remembering the last try that reached the upstream."""

@@ -65,7 +65,7 @@ def try_fields(
     return {
         "method": call.method,
         "url": redact_url(call.request.url or "", names),
-        "host": call.host,
+        "host": call.state.key,
         "attempt": attempt.number,
         "status": outcome.status,
         "error": type(error).__name__ if error is not None else None,

@@ -13,23 +13,9 @@ import structlog
 
 import resilient_session
 from resilient_session.upstream import Reply
+from tests.event_fields import HTTP_TRY_FIELDS
 
 pytestmark = pytest.mark.integration
-
-EVENT_KEYS = {
-    "method",
-    "url",
-    "host",
-    "attempt",
-    "status",
-    "error",
-    "wait",
-    "total",
-    "decision",
-    "reason",
-    "breaker",
-    "event",
-}
 
 
 def _record_status(into: list[int]) -> Callable[..., None]:
@@ -81,8 +67,8 @@ def test_events_are_json_lines_with_redacted_url_and_no_credentials(upstream, ma
     assert response.status_code == 200
     lines = [json.loads(line) for line in output.splitlines()]
     assert len(lines) == 2
-    assert all(set(line) >= EVENT_KEYS for line in lines)
-    assert {key for line in lines for key in line} - EVENT_KEYS <= {"level", "timestamp"}
+    assert all(set(line) >= HTTP_TRY_FIELDS for line in lines)
+    assert {key for line in lines for key in line} - HTTP_TRY_FIELDS <= {"level", "timestamp"}
     assert [line["url"] for line in lines] == [f"{upstream.base_url}/events?token=REDACTED&x=1"] * 2
     assert [
         (line["event"], line["attempt"], line["status"], line["decision"], line["reason"])

@@ -16,6 +16,7 @@ from dirty_equals import IsFloat
 
 from resilient_session import ResilientSession, log_json_lines, render
 from resilient_session.testing import FakeClock
+from tests.event_fields import HTTP_TRY_FIELDS
 
 URL = "http://user:pw@svc.test/items?token=t0p&x=1"
 ANY_ITEMS = re.compile(r"http://.*svc\.test/items.*")
@@ -117,21 +118,7 @@ def test_json_lines_helper_and_no_secret_headers():
     assert len(lines) == 2
     events = [json.loads(line) for line in lines]
     assert [e["event"] for e in events] == ["http.try", "http.try"]
-    assert {
-        "level",
-        "timestamp",
-        "method",
-        "url",
-        "host",
-        "attempt",
-        "status",
-        "error",
-        "wait",
-        "total",
-        "decision",
-        "reason",
-        "breaker",
-    } <= set(events[0])
+    assert {"level", "timestamp", *HTTP_TRY_FIELDS} <= set(events[0])
     for secret in ("SECRET", "pw", "t0p"):
         assert secret not in stream.getvalue()
 

@@ -27,7 +27,7 @@ class EnforceDeadline:
         remaining = deadline_at - self._clock.monotonic()
         if remaining <= 0:
             error = DeadlineExceeded(
-                f"deadline for {call.method} {call.host} spent before try {attempt.number}",
+                f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
                 request=attempt.request,
             )
             return Outcome(error=error, refused=Reason.DEADLINE_SPENT, fallback=attempt.last_real)
@@ -47,7 +47,7 @@ class EnforceDeadline:
             cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
             if cut:
                 exceeded = DeadlineExceeded(
-                    f"deadline for {call.method} {call.host} ran out during try "
+                    f"deadline for {call.method} {call.state.key} ran out during try "
                     f"{attempt.number}: {timed_out}",
                     request=attempt.request,
                 )
