@@ -120,7 +120,11 @@ def parse(text: str, origin: str, errors: Errors) -> Any:
 
     Every message starts with *origin*, the file's name.
     """
-    loader = _Loader(text)
+    try:
+        # The reader checks the text for unprintable characters as it is built.
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: not valid YAML: {one_line(str(exc))}") from None
     try:
         node = loader.get_single_node()
         if node is None:

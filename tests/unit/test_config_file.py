@@ -181,3 +181,9 @@ def test_huge_integer_literal_is_a_config_error(tmp_path):
     """An integer past Python's digit limit is a ConfigError, not a bare ValueError."""
     path = _write(tmp_path, "defaults: {retry: {max_attempts: " + "9" * 5000 + "}}\n")
     assert _refused(path).startswith(f"{path}: not valid YAML: ")
+
+
+def test_control_character_in_the_text_is_a_config_error(tmp_path):
+    """A control character YAML forbids is a ConfigError, not a bare yaml ReaderError."""
+    path = _write(tmp_path, "\x1f")
+    assert _refused(path).startswith(f"{path}: not valid YAML: unacceptable character #x001f")
