@@ -218,11 +218,69 @@ def test_check_host_as_json(capsys, config_file, host, attempts, threshold):
     )
 
 
-@pytest.mark.parametrize("host", ["a:b:c", "h:0", "h:70000", "h/path", "user@h"])
+@pytest.mark.parametrize("host", ["a:b:c", "h:0", "h:70000", "h/path", "h?x=1", "ftp://h/"])
 def test_check_bad_host_is_exit_2(capsys, config_file, host):
-    """A --host that is not host, host:port or [ipv6]:port is bad usage: exit 2."""
+    """A --host that is not host, host:port, [ipv6]:port or an http(s) URL: exit 2."""
     assert main(["check", str(config_file), "--host", host]) == 2
     assert f"bad --host {host!r}" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://api.example.com/v1/items?x=1", "api.example.com:443"),
+        ("http://API.example.com/v1/items#top", "api.example.com:80"),
+        ("https://db.internal.example:8443/health", "db.internal.example:8443"),
+        ("http://[::1]:8080/x?y", "[::1]:8080"),
+    ],
+)
+def test_check_host_accepts_a_url_with_path_and_query(capsys, config_file, url, shown):
+    """A URL's path, query and fragment are ignored: its host and port pick the policy."""
+    assert main(["check", str(config_file), "--host", url]) == 0
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[0]
+        .startswith(f"# {config_file}: ok; policy for {shown} (")
+    )
+
+
+@pytest.mark.parametrize("host", ["user@h", "https://user:hunter2@api.example.com/v1"])
+def test_check_host_with_userinfo_is_refused_without_echoing_it(capsys, config_file, host):
+    """Userinfo may be a credential: refused, and neither it nor the host is printed back."""
+    assert main(["check", str(config_file), "--host", host]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == "resilient-session: bad --host: give it without user:password@"
+
+
+def test_check_reports_every_error_of_the_file(capsys, tmp_path):
+    """Two typos and a bad value: exit 2, the file named once, then one line per error."""
+    path = tmp_path / "typos.yaml"
+    path.write_text(
+        "defaults:\n  retry: {max_atempts: 2, backoff_cap: 0}\n  budgte: {}\n", encoding="utf-8"
+    )
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines() == [
+        f"resilient-session: {path}: 3 errors:",
+        "  defaults.retry.max_atempts: unknown key (did you mean max_attempts?)",
+        "  defaults.retry.backoff_cap: expected float > 0.0, got 0",
+        "  defaults.budgte: unknown key (did you mean budget?)",
+    ]
+
+
+# -- version ---------------------------------------------------------------------------------------
+
+
+def test_version_matches_the_installed_package(capsys):
+    """--version prints the installed distribution's version, as __version__ holds it."""
+    from importlib.metadata import version
+
+    import resilient_session
+
+    assert resilient_session.__version__ == version("resilient-session")
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"resilient-session {resilient_session.__version__}\n"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .adapter import ResilientAdapter
 from .attempt import Reason, Verdict
 from .breaker import BreakerState
@@ -13,6 +15,11 @@ from .hosts import HostHealth, HostRegistry
 from .redact import redact_url
 from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
+
+try:
+    __version__ = version("resilient-session")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "SYSTEM_CLOCK",
@@ -30,6 +37,7 @@ __all__ = [
     "ResilientSession",
     "SystemClock",
     "Verdict",
+    "__version__",
     "deadline",
     "json_processors",
     "load",

@@ -18,6 +18,7 @@ import requests
 import yaml
 from urllib3.exceptions import MaxRetryError
 
+from . import __version__
 from .clock import SYSTEM_CLOCK
 from .config import load
 from .errors import ConfigError
@@ -26,6 +27,7 @@ from .render import log_json_lines
 from .report import demo_text, stats_text
 from .session import UNSET, ResilientSession
 from .stats import StatsAggregator
+from .terminal import printable
 
 if TYPE_CHECKING:
     pass
@@ -90,6 +92,7 @@ def _build_parser() -> _Parser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Every subcommand ends its --help with the exit codes.
     command = functools.partial(
@@ -261,24 +264,31 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _parse_host(text: str) -> tuple[str, int]:
-    """``(host, port)`` from host, host:port, [ipv6]:port or a URL; a bare host means 443."""
-    candidate = text if "://" in text else f"https://{text}"
-    parts = urlsplit(candidate)
+    """``(host, port)`` from host, host:port, [ipv6]:port or a URL; a bare host means 443.
+
+    A URL may carry a path, query and fragment: only its host and port count.
+    """
+    is_url = "://" in text
+    parts = urlsplit(text if is_url else f"https://{text}")
+    if parts.username is not None or parts.password is not None:
+        # Never echo it: the user part may be a credential.
+        raise UsageError("bad --host: give it without user:password@")
+    shown = printable(repr(text))
     try:
         port = parts.port
     except ValueError:
         port = -1
-    if (
-        not parts.hostname
-        or parts.path not in ("", "/")
-        or parts.username is not None
-        or port == -1
-    ):
-        raise UsageError(f"bad --host {text!r}: use host, host:port (port 1..65535) or [ipv6]:port")
+    bad_scheme = parts.scheme.lower() not in ("http", "https")
+    has_path = not is_url and (parts.path not in ("", "/") or parts.query or parts.fragment)
+    if not parts.hostname or bad_scheme or has_path or port == -1:
+        raise UsageError(
+            f"bad --host {shown}: use host, host:port (port 1..65535), [ipv6]:port or an "
+            "http(s) URL"
+        )
     if port is None:
         port = 80 if parts.scheme.lower() == "http" else 443
     if not 1 <= port <= 65535:
-        raise UsageError(f"bad --host {text!r}: the port must be 1..65535, got {port}")
+        raise UsageError(f"bad --host {shown}: the port must be 1..65535, got {port}")
     return parts.hostname.lower(), port
 
 

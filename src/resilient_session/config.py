@@ -10,22 +10,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-import yaml
 
+from . import configfile
 from .errors import ConfigError
-from .policy import ConfigDocument, EventsPolicy, HostPolicy, RegistryPolicy, StrictStruct
-from .validation import convert, dotted, one_line
+from .policy import ConfigDocument, EventsPolicy, HostPolicy, RegistryPolicy
+from .validation import Errors, check_key, check_struct, check_value, dotted, shown
 
 ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
-
-
-class _RawDocument(StrictStruct, frozen=True):
-    """First pass: top-level keys known, host entries kept raw so they can be merged."""
-
-    defaults: dict[str, Any] = msgspec.field(default_factory=dict)
-    hosts: dict[str, Any] = msgspec.field(default_factory=dict)
-    registry: RegistryPolicy = RegistryPolicy()
-    events: EventsPolicy = EventsPolicy()
 
 
 _PORT_SUFFIX = re.compile(r":(\d+)$")
@@ -85,11 +76,11 @@ def load(source: Config | Mapping[str, Any] | str | os.PathLike[str] | None = No
 
     Args:
         source: a ``Config`` (returned as is), a mapping as YAML would give, a path to a YAML
-            file, or None: the file named by ``RESILIENT_SESSION_CONFIG`` when set, else the
-            built-in defaults.
+            file (a regular file of at most 1 MiB), or None: the file named by
+            ``RESILIENT_SESSION_CONFIG`` when set, else the built-in defaults.
 
     Raises:
-        ConfigError: naming the dotted key path and the bad value.
+        ConfigError: naming every error found, each with its dotted key path and bad value.
     """
     if isinstance(source, Config):
         return source
@@ -99,83 +90,118 @@ def load(source: Config | Mapping[str, Any] | str | os.PathLike[str] | None = No
             return Config()
         source = env_path
     if isinstance(source, Mapping):
-        return _build(source, "<dict>")
+        return _build(source, "<dict>", Errors())
+    errors = Errors()
+    data = configfile.read(Path(source), errors)
     try:
-        return _build(_read_yaml(Path(source)), str(source))
+        return _build(data, str(source), errors)
     except ConfigError as exc:
-        message = str(exc)
-        if message.startswith(f"{source}:"):
-            raise
-        raise ConfigError(f"{source}: {message}") from None
+        raise ConfigError(f"{source}: {exc}") from None
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"{path}: cannot read config file: {reason}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None)
-        if mark is not None and problem:
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}"
-            raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-        raise ConfigError(f"{path}: not valid YAML: {one_line(str(exc))}") from None
-    if data is None:
-        raise ConfigError(f"{path}: config file is empty")
-    return data
-
-
-def _build(data: Any, origin: str) -> Config:
+def _build(data: Any, origin: str, errors: Errors) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"config must be a mapping with defaults:/hosts:, got {type(data).__name__}"
         )
-    raw = convert(data, _RawDocument, ())
-    defaults = convert(raw.defaults, HostPolicy, ("defaults",))
-    base = msgspec.to_builtins(defaults)
-    rules = [_rule(pattern, entry, base) for pattern, entry in raw.hosts.items()]
+    for key in data:
+        check_key(key, _TOP_LEVEL, (), errors)
+    try:
+        defaults = check_struct(data.get("defaults", {}), HostPolicy, ("defaults",), errors)
+        registry = check_struct(data.get("registry", {}), RegistryPolicy, ("registry",), errors)
+        events = check_struct(data.get("events", {}), EventsPolicy, ("events",), errors)
+        rules = _rules(data.get("hosts", {}), defaults, errors)
+    except RecursionError:
+        raise ConfigError("config nests too deeply") from None
+    errors.raise_if_any()
+    # No error was found, so every section converted.
+    assert defaults is not None  # noqa: S101
+    assert registry is not None  # noqa: S101
+    assert events is not None  # noqa: S101
     rules.sort(key=_HostRule.specificity)
     return Config(
-        defaults=defaults,
-        rules=tuple(rules),
-        registry=raw.registry,
-        events=raw.events,
-        source=origin,
+        defaults=defaults, rules=tuple(rules), registry=registry, events=events, source=origin
     )
 
 
-def _rule(pattern: Any, entry: Any, base: dict[str, Any]) -> _HostRule:
-    path = ("hosts", str(pattern))
-    host, port = _parse_pattern(pattern, path)
+_TOP_LEVEL: Final = tuple(field.name for field in msgspec.structs.fields(ConfigDocument))
+
+
+def _rules(hosts: Any, defaults: HostPolicy | None, errors: Errors) -> list[_HostRule]:
+    if not isinstance(hosts, Mapping):
+        check_value(hosts, dict[str, Any], ("hosts",), errors)
+        return []
+    # A host entry is merged over the defaults; over the built-in ones when the defaults are
+    # in error, so its own keys are still checked.
+    base = msgspec.to_builtins(defaults if defaults is not None else HostPolicy())
+    rules: list[_HostRule] = []
+    seen: dict[tuple[str, int | None], str] = {}
+    for pattern, entry in hosts.items():
+        if not isinstance(pattern, str):
+            errors.add(
+                ("hosts",),
+                f"a host pattern must be a string, got {type(pattern).__name__} {shown(pattern)}",
+            )
+            continue
+        path = ("hosts", pattern)
+        parsed = _parse_pattern(pattern, path, errors)
+        if parsed is not None:
+            earlier = seen.setdefault(parsed, pattern)
+            if earlier != pattern:
+                errors.add(path, f"names the same host as {dotted(('hosts', earlier))}")
+        rule = _rule(pattern, parsed, entry, base, errors)
+        if rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def _rule(
+    pattern: str,
+    parsed: tuple[str, int | None] | None,
+    entry: Any,
+    base: dict[str, Any],
+    errors: Errors,
+) -> _HostRule | None:
+    path = ("hosts", pattern)
     if not isinstance(entry, Mapping):
-        raise ConfigError(
-            f"{dotted(path)}: expected a mapping of sections (retry, budget, ...), "
-            f"got {type(entry).__name__} {entry!r}"
+        errors.add(
+            path,
+            f"expected a mapping of sections (retry, budget, ...), "
+            f"got {type(entry).__name__} {shown(entry)}",
         )
+        return None
+    before = len(errors)
+    check_struct(entry, HostPolicy, path, errors, relations=False)
+    if len(errors) > before or parsed is None:
+        return None
     merged = dict(base)
     for section, values in entry.items():
         if isinstance(values, Mapping) and isinstance(base.get(section), dict):
             merged[section] = {**base[section], **values}
         else:
             merged[section] = values
-    policy = convert(merged, HostPolicy, path)
+    policy = check_struct(merged, HostPolicy, path, errors)
+    if policy is None:
+        return None
+    host, port = parsed
     wildcard = any(ch in host for ch in "*?[")
-    return _HostRule(pattern=str(pattern), host=host, port=port, wildcard=wildcard, policy=policy)
+    return _HostRule(pattern=pattern, host=host, port=port, wildcard=wildcard, policy=policy)
 
 
-def _parse_pattern(pattern: Any, path: tuple[str, ...]) -> tuple[str, int | None]:
-    where = dotted(path)
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"{where}: host pattern must be a non-empty string, got {pattern!r}")
+def _parse_pattern(
+    pattern: str, path: tuple[str, ...], errors: Errors
+) -> tuple[str, int | None] | None:
+    """``(host, port)`` of a ``hosts:`` key, or None after adding its error to *errors*."""
+    if not pattern:
+        errors.add(path, "host pattern must be a non-empty string")
+        return None
     if not _PATTERN_CHARS.match(pattern):
-        raise ConfigError(
-            f"{where}: bad host pattern {pattern!r}: use a host, host:port or shell-style "
-            "wildcards (*, ?, [...]), without scheme or path"
+        errors.add(
+            path,
+            "bad host pattern: use a host, host:port or shell-style wildcards (*, ?, [...]), "
+            "without scheme or path",
         )
+        return None
     host, port = pattern.lower(), None
     bracketed = re.fullmatch(r"\[([0-9a-f:.]+)\](?::(\d+))?", host)
     if bracketed:
@@ -184,12 +210,15 @@ def _parse_pattern(pattern: Any, path: tuple[str, ...]) -> tuple[str, int | None
     elif host.count(":") == 1:
         found = _PORT_SUFFIX.search(host)
         if not found:
-            raise ConfigError(f"{where}: bad port in host pattern {pattern!r}")
+            errors.add(path, "bad port in host pattern")
+            return None
         host, port = host[: found.start()], int(found.group(1))
     if port is not None and not 1 <= port <= 65535:
-        raise ConfigError(f"{where}: port must be 1..65535, got {port}")
+        errors.add(path, f"port must be 1..65535, got {shown(port)}")
+        return None
     if not host or host.count("[") != host.count("]"):
-        raise ConfigError(f"{where}: bad host pattern {pattern!r}: unbalanced [ ]")
+        errors.add(path, "bad host pattern: unbalanced [ ]")
+        return None
     return host, port
 
 

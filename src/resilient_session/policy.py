@@ -6,12 +6,55 @@ JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
 
 from __future__ import annotations
 
-from typing import Annotated, TypeAlias
+from typing import Annotated, Final, TypeAlias
 
 import msgspec
 
-Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0)]
+# Every number is finite and bounded, so no value can overflow a computation or a container
+# later, in the middle of a call. A day caps any duration; docs/configuration.md says why each
+# count is capped where it is.
+DAY: Final = 86_400.0
+
+Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
+
+# RFC 9110 section 5.6.2: a field name is a token.
+HeaderName: TypeAlias = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+]
+
+# Headers a configured name must never overwrite: message framing (the request would be
+# misread), hop-by-hop headers (RFC 9110 section 7.6.1), and credentials.
+RESERVED_HEADERS: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "authorization",
+        "cookie",
+        "set-cookie",
+        "expect",
+    }
+)
+
+
+def check_header_names(struct: msgspec.Struct, fields: tuple[str, ...]) -> None:
+    """Refuse a reserved header in any of *fields* of *struct*, naming the field."""
+    for field in fields:
+        name = getattr(struct, field)
+        if name is not None and name.lower() in RESERVED_HEADERS:
+            raise ValueError(
+                f"{field}: {name!r} is a framing, hop-by-hop or credential header, "
+                "which the library must not overwrite"
+            )
 
 
 class StrictStruct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -21,10 +64,10 @@ class StrictStruct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 class RetryPolicy(StrictStruct, frozen=True):
     """How many tries a call gets, how long to wait between them, and what is retried."""
 
-    max_attempts: Annotated[int, msgspec.Meta(ge=1)] = 4
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 4
     backoff_base: Seconds = 0.5
     backoff_cap: Seconds = 8.0
-    retry_after_cap: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    retry_after_cap: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 30.0
     transient_statuses: frozenset[Status] = frozenset({408, 425, 500, 502, 504})
     overload_statuses: frozenset[Status] = frozenset({429, 503})
 
@@ -43,20 +86,20 @@ class BudgetPolicy(StrictStruct, frozen=True):
     """The per-host token bucket that bounds retries to a share of first tries."""
 
     ratio: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.2
-    min_per_second: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-    max_tokens: Annotated[float, msgspec.Meta(ge=1)] = 10.0
+    min_per_second: Annotated[float, msgspec.Meta(ge=0, le=10_000)] = 1.0
+    max_tokens: Annotated[float, msgspec.Meta(ge=1, le=100_000)] = 10.0
 
 
 class BreakerPolicy(StrictStruct, frozen=True):
     """The per-host circuit breaker."""
 
-    failure_threshold: Annotated[int, msgspec.Meta(ge=1)] = 5
+    failure_threshold: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5
     recovery_timeout: Seconds = 5.0
     recovery_timeout_max: Seconds = 60.0
-    half_open_max_calls: Annotated[int, msgspec.Meta(ge=1)] = 1
-    window: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    half_open_max_calls: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 1
+    window: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
     failure_rate_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.5
-    minimum_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
+    minimum_calls: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 10
 
     def __post_init__(self) -> None:
         if self.recovery_timeout_max < self.recovery_timeout:
@@ -70,7 +113,10 @@ class DeadlinePolicy(StrictStruct, frozen=True):
     """The default deadline of a call and the header that carries what remains of it."""
 
     default: Seconds | None = None
-    header: Annotated[str, msgspec.Meta(min_length=1)] | None = "X-Request-Timeout-Ms"
+    header: HeaderName | None = "X-Request-Timeout-Ms"
+
+    def __post_init__(self) -> None:
+        check_header_names(self, ("header",))
 
 
 class TimeoutPolicy(StrictStruct, frozen=True):
@@ -93,13 +139,15 @@ class HostPolicy(StrictStruct, frozen=True):
 class RegistryPolicy(StrictStruct, frozen=True):
     """Bounds on per-host state kept by a session."""
 
-    max_hosts: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    max_hosts: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
 
 
 class EventsPolicy(StrictStruct, frozen=True):
     """What the ``http.try`` events hide."""
 
-    redact_params: frozenset[Annotated[str, msgspec.Meta(min_length=1)]] = frozenset()
+    redact_params: frozenset[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]] = (
+        frozenset()
+    )
 
 
 class ConfigDocument(StrictStruct, frozen=True):

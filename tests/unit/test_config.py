@@ -263,3 +263,190 @@ def test_config_pickles():
 
     config = load(ROOT / "config" / "example.yaml")
     assert pickle.loads(pickle.dumps(config)) == config  # noqa: S301 - our own bytes
+
+
+# -- every error at once -------------------------------------------------------------------------
+
+
+def test_every_error_is_reported_in_one_go(tmp_path):
+    """Four typos and two bad values in one file: one ConfigError, one line each."""
+    path = tmp_path / "typos.yaml"
+    path.write_text(
+        "defaults:\n"
+        "  retry: {max_atempts: 2, backoff_base: -1}\n"
+        "  breakr: {}\n"
+        "hosts:\n"
+        '  "a.test": {budget: {ratoi: 0.1, max_tokens: 0}}\n'
+        "event: {}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert str(raised.value).splitlines() == [
+        f"{path}: 6 errors:",
+        "  event: unknown key (did you mean events?)",
+        "  defaults.retry.max_atempts: unknown key (did you mean max_attempts?)",
+        "  defaults.retry.backoff_base: expected float > 0.0, got -1",
+        "  defaults.breakr: unknown key (did you mean breaker?)",
+        '  hosts."a.test".budget.ratoi: unknown key (did you mean ratio?)',
+        '  hosts."a.test".budget.max_tokens: expected float >= 1.0, got 0',
+    ]
+
+
+def test_the_report_stops_at_fifty_errors():
+    """A thousand unknown keys: fifty lines, then how many more."""
+    with pytest.raises(ConfigError) as raised:
+        load({"defaults": {"retry": {f"k{n}": 1 for n in range(1000)}}})
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "1000 errors:"
+    assert lines[1] == "  defaults.retry.k0: unknown key"
+    assert len(lines) == 52
+    assert lines[-1] == "  ... and 950 more"
+
+
+# -- every number finite and bounded -------------------------------------------------------------
+
+DAY = "86400.0"
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "says"),
+    [
+        ("deadline", "default", float("inf"), f"expected float <= {DAY}, got inf"),
+        ("deadline", "default", float("nan"), "expected float > 0.0, got nan"),
+        ("timeout", "connect", 1e300, f"expected float <= {DAY}, got 1e+300"),
+        ("timeout", "read", float("inf"), f"expected float <= {DAY}, got inf"),
+        ("retry", "backoff_base", 10**30, f"expected float <= {DAY}, got {10**30}"),
+        ("retry", "retry_after_cap", float("inf"), f"expected float <= {DAY}, got inf"),
+        ("retry", "max_attempts", 101, "expected int <= 100, got 101"),
+        ("breaker", "window", 2**63, f"expected int <= 10000, got {2**63}"),
+        ("breaker", "recovery_timeout_max", float("inf"), f"expected float <= {DAY}, got inf"),
+        ("breaker", "minimum_calls", 10_001, "expected int <= 10000, got 10001"),
+        ("breaker", "failure_threshold", 10**6 + 1, "expected int <= 1000000, got 1000001"),
+        ("breaker", "half_open_max_calls", 1_001, "expected int <= 1000, got 1001"),
+        ("budget", "max_tokens", float("inf"), "expected float <= 100000.0, got inf"),
+        ("budget", "min_per_second", 1e9, "expected float <= 10000.0, got 1000000000.0"),
+        ("budget", "ratio", float("nan"), "expected float >= 0.0, got nan"),
+    ],
+)
+def test_every_number_is_finite_and_bounded(section, key, value, says):
+    """Infinite, NaN and huge numbers are refused with the key's range."""
+    with pytest.raises(ConfigError) as raised:
+        load({"defaults": {section: {key: value}}})
+    assert str(raised.value) == f"defaults.{section}.{key}: {says}"
+
+
+def test_registry_max_hosts_is_bounded():
+    """max_hosts stops at a million."""
+    with pytest.raises(ConfigError) as raised:
+        load({"registry": {"max_hosts": 1_000_001}})
+    assert str(raised.value) == "registry.max_hosts: expected int <= 1000000, got 1000001"
+
+
+def test_largest_values_in_range_load():
+    """The top of every range is accepted: a day of deadline, 100 attempts, and so on."""
+    policy = load(
+        {
+            "defaults": {
+                "retry": {"max_attempts": 100, "backoff_base": 86400, "backoff_cap": 86400},
+                "deadline": {"default": 86400},
+                "breaker": {"window": 10_000, "minimum_calls": 10_000},
+                "budget": {"max_tokens": 100_000, "min_per_second": 10_000},
+            }
+        }
+    ).defaults
+    assert (policy.retry.max_attempts, policy.deadline.default, policy.breaker.window) == (
+        100,
+        86400.0,
+        10_000,
+    )
+
+
+# -- header names --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Host",
+        "content-length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "TE",
+        "Trailer",
+        "Upgrade",
+        "Proxy-Connection",
+        "Proxy-Authorization",
+        "Proxy-Authenticate",
+        "AUTHORIZATION",
+        "Cookie",
+        "Set-Cookie",
+        "Expect",
+    ],
+)
+def test_deadline_header_refuses_framing_hop_and_credential_headers(name):
+    """The millisecond count must never overwrite a header that frames or authorises."""
+    with pytest.raises(ConfigError) as raised:
+        load({"hosts": {"a.test": {"deadline": {"header": name}}}})
+    assert str(raised.value) == (
+        f'hosts."a.test".deadline.header: {name!r} is a framing, hop-by-hop or credential '
+        "header, which the library must not overwrite"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("X-A\r\nX-B", r"'X-A\r\nX-B'"),
+        ("X-Deadline:", "'X-Deadline:'"),
+        ("X-Délai", "'X-Délai'"),
+        ("X A", "'X A'"),
+        ("", "''"),
+    ],
+)
+def test_deadline_header_must_be_a_token(name, shown):
+    """A header name with CR/LF, a colon, a space or non-ASCII would fail every call."""
+    with pytest.raises(ConfigError) as raised:
+        load({"defaults": {"deadline": {"header": name}}})
+    message = str(raised.value)
+    assert message.startswith("defaults.deadline.header: expected str ")
+    assert message.endswith(f", got {shown}")
+
+
+def test_deadline_header_accepts_a_token_or_null():
+    """Any other token is fine, as is null (no header)."""
+    config = load(
+        {
+            "defaults": {"deadline": {"header": "X-Budget_ms.v2"}},
+            "hosts": {"a": {"deadline": {"header": None}}},
+        }
+    )
+    assert config.defaults.deadline.header == "X-Budget_ms.v2"
+    assert config.for_host("a", 80).deadline.header is None
+
+
+# -- key paths printed safely --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"defaults": {"": 1}}, 'defaults."": unknown key'),
+        ({"defaults": {'a"b': 1}}, r'defaults."a\"b": unknown key'),
+        ({"defaults": {"a\x1b[31mb": 1}}, r'defaults."a\x1b[31mb": unknown key'),
+        ({"defaults": {"x\u202ey": 1}}, r'defaults."x\u202ey": unknown key'),
+        ({"defaults": {"retry": {3: 1}}}, "defaults.retry: a key must be a string, got int 3"),
+        ({"defaults": {None: 1}}, "defaults: a key must be a string, got NoneType None"),
+        ({1.5: 1}, "<config>: a key must be a string, got float 1.5"),
+        ({"hosts": {7: {}}}, "hosts: a host pattern must be a string, got int 7"),
+        ({"hosts": {"a\nb": {}}}, r'hosts."a\x0ab": bad host pattern'),
+    ],
+)
+def test_key_paths_are_printed_safely(data, message):
+    """Empty, quoted, control and non-string keys are named by path, escaped, never raw."""
+    with pytest.raises(ConfigError) as raised:
+        load(data)
+    assert str(raised.value).startswith(message)
+    assert "\x1b" not in str(raised.value)
+    assert "\u202e" not in str(raised.value)
