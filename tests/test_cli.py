@@ -137,8 +137,8 @@ def test_bad_url_is_exit_2(capsys, url, says):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["-H", "NoColon"], "bad header 'NoColon': use -H 'Name: value'"),
-        (["-H", "Bad Name: x"], "bad header 'Bad Name: x'"),
+        (["-H", "NoColon"], "bad header #1: no ':' after the name; use -H 'Name: value'"),
+        (["-H", "Bad Name: x"], "bad header name 'Bad Name': use -H 'Name: value'"),
         (["--deadline", "0"], "must be a positive number of seconds, got '0'"),
         (["--deadline", "soon"], "not a number of seconds: 'soon'"),
         (["-X", "GET /"], "bad method 'GET /'"),
