@@ -436,7 +436,9 @@ def test_subprocess_deadline_cuts_a_hang(upstream):
     assert [(e["error"], e["decision"], e["reason"]) for e in events] == [
         ("DeadlineExceeded", "give_up", "deadline")
     ]
-    assert 0.3 <= events[0]["total"] < 1.0
+    # The deadline starts in session.request, `total` only once the request is prepared: in a
+    # fresh process the first prepare (lazy imports) takes a few milliseconds of the 0.3 s.
+    assert 0.25 <= events[0]["total"] < 1.0
     assert len(others) == 1
     assert others[0].startswith(f"resilient-session: GET {upstream.url('/slow')}: DeadlineExceeded")
 
