@@ -175,6 +175,14 @@ def test_redact_text_never_raises(text):
     assert isinstance(redact_text(text), str)
 
 
+@settings(max_examples=500)
+@given(tail=st.text(alphabet=st.sampled_from("[]:@/?#;&=%+ \ttoken")))
+def test_redact_url_never_raises(tail):
+    """A URL that does not parse (a bracket left open, a port that is no number) still comes
+    back as a string, never an exception."""
+    assert isinstance(redact_url(f"http://{tail}"), str)
+
+
 SECRETS = ("hunter2", "tk-9", "sg-9", "fr-9")
 
 
