@@ -137,8 +137,8 @@ def test_bad_url_is_exit_2(capsys, url, says):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["-H", "NoColon"], "bad header 'NoColon': use -H 'Name: value'"),
-        (["-H", "Bad Name: x"], "bad header 'Bad Name: x'"),
+        (["-H", "NoColon"], "bad header #1: no ':' after the name; use -H 'Name: value'"),
+        (["-H", "Bad Name: x"], "bad header name 'Bad Name': use -H 'Name: value'"),
         (["--deadline", "0"], "must be a positive number of seconds, got '0'"),
         (["--deadline", "soon"], "not a number of seconds: 'soon'"),
         (["-X", "GET /"], "bad method 'GET /'"),
@@ -494,7 +494,9 @@ def test_subprocess_deadline_cuts_a_hang(upstream):
     assert [(e["error"], e["decision"], e["reason"]) for e in events] == [
         ("DeadlineExceeded", "give_up", "deadline")
     ]
-    assert 0.3 <= events[0]["total"] < 1.0
+    # The deadline starts in session.request, `total` only once the request is prepared: in a
+    # fresh process the first prepare (lazy imports) takes a few milliseconds of the 0.3 s.
+    assert 0.25 <= events[0]["total"] < 1.0
     assert len(others) == 1
     assert others[0].startswith(f"resilient-session: GET {upstream.url('/slow')}: DeadlineExceeded")
 

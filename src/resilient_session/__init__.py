@@ -12,7 +12,7 @@ from .config import Config, load
 from .deadline import deadline, remaining
 from .errors import CircuitOpenError, ConfigError, DeadlineExceeded
 from .hosts import HostHealth, HostRegistry
-from .redact import redact_url
+from .redact import redact_text, redact_url
 from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
 
@@ -42,6 +42,7 @@ __all__ = [
     "json_processors",
     "load",
     "log_json_lines",
+    "redact_text",
     "redact_url",
     "remaining",
 ]

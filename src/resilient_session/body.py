@@ -10,6 +10,7 @@ from urllib3.exceptions import SSLError as Urllib3SSLError
 
 from .clock import Clock
 from .errors import DeadlineExceeded
+from .redact import redact_url
 
 _CHUNK = 64 * 1024
 
@@ -63,7 +64,8 @@ def _bound_socket(raw: Any, seconds: float) -> None:
 def _exceeded(response: requests.Response) -> DeadlineExceeded:
     response.close()
     return DeadlineExceeded(
-        f"deadline ran out while reading the body of {response.status_code} from {response.url}",
+        f"deadline ran out while reading the body of {response.status_code} from "
+        f"{redact_url(response.url or '')}",
         request=response.request,
     )
 

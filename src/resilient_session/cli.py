@@ -22,7 +22,7 @@ from . import __version__
 from .clock import SYSTEM_CLOCK
 from .config import load
 from .errors import ConfigError
-from .redact import redact_url
+from .redact import SENSITIVE_PARAMS, redact_text, sensitive_names
 from .render import log_json_lines
 from .report import demo_text, stats_text
 from .session import UNSET, ResilientSession
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - the contract: one line on stderr, never a traceback
-        return _fail(f"internal error: {type(exc).__name__}: {exc}")
+        return _fail(f"internal error: {type(exc).__name__}: {printable(redact_text(str(exc)))}")
 
 
 def _build_parser() -> _Parser:
@@ -175,14 +175,15 @@ def _build_parser() -> _Parser:
 
 def _run_get(args: argparse.Namespace) -> int:
     url = _checked_url(args.url)
-    headers = dict(_parse_header(raw) for raw in args.header)
+    headers = dict(_parse_header(raw, number) for number, raw in enumerate(args.header, 1))
     config = load(args.config)
     method = (args.method or ("POST" if args.data is not None else "GET")).upper()
     if not _TOKEN.match(method):
-        raise UsageError(f"bad method {args.method!r}")
+        raise UsageError(f"bad method {printable(repr(args.method))}")
     data = args.data.encode() if args.data is not None else None
+    names = sensitive_names(config.events.redact_params)
     log_json_lines(sys.stderr)
-    shown = f"{method} {redact_url(url)}"
+    shown = f"{method} {printable(redact_text(url, names))}"
     with ResilientSession(config) as session:
         try:
             # Absent --deadline must leave the configured default deadline in force; passing
@@ -190,30 +191,38 @@ def _run_get(args: argparse.Namespace) -> int:
             deadline = UNSET if args.deadline is None else args.deadline
             response = session.request(method, url, headers=headers, data=data, deadline=deadline)
         except requests.RequestException as exc:
-            return _fail(f"{shown}: {type(exc).__name__}: {_error_text(exc)}{_tries(session)}")
+            error = _error_text(exc, names)
+            return _fail(f"{shown}: {type(exc).__name__}: {error}{_tries(session)}")
     sys.stdout.buffer.write(response.content)
     sys.stdout.flush()
     if not 200 <= response.status_code < 400:
-        return _fail(f"{shown}: HTTP {response.status_code} {response.reason}{_tries(session)}")
+        # The reason phrase is the upstream's own text: it may carry escape sequences.
+        reason = printable(redact_text(str(response.reason or ""), names))
+        return _fail(f"{shown}: HTTP {response.status_code} {reason}{_tries(session)}")
     return EXIT_OK
 
 
 def _checked_url(url: str) -> str:
-    parts = urlsplit(url)
+    # Only ever shown redacted: a URL given on the command line often carries a token.
+    shown = printable(repr(redact_text(url)))
     try:
+        parts = urlsplit(url)
         _ = parts.port
-    except ValueError as exc:
-        raise UsageError(f"bad URL {url!r}: {exc}") from None
+    except ValueError as exc:  # a bad port, or a malformed IPv6 host ("http://[::1/")
+        raise UsageError(f"bad URL {shown}: {printable(redact_text(str(exc)))}") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"bad URL {url!r}: give an absolute http:// or https:// URL")
+        raise UsageError(f"bad URL {shown}: give an absolute http:// or https:// URL")
     return url
 
 
-def _parse_header(raw: str) -> tuple[str, str]:
+def _parse_header(raw: str, number: int = 1) -> tuple[str, str]:
+    # The value is never echoed: a header given on the command line is often a credential.
     name, colon, value = raw.partition(":")
     name = name.strip()
-    if not colon or not _TOKEN.match(name):
-        raise UsageError(f"bad header {raw!r}: use -H 'Name: value'")
+    if not colon:
+        raise UsageError(f"bad header #{number}: no ':' after the name; use -H 'Name: value'")
+    if not _TOKEN.match(name):
+        raise UsageError(f"bad header name {printable(repr(name))}: use -H 'Name: value'")
     return name, value.strip()
 
 
@@ -227,19 +236,24 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _error_text(exc: BaseException) -> str:
-    """The useful part of a requests error, on one line."""
+def _error_text(exc: BaseException, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
+    """The useful part of a requests error, on one line, redacted and safe to print."""
     reason: Any = exc.args[0] if exc.args else exc
     if isinstance(reason, MaxRetryError) and reason.reason is not None:
         reason = reason.reason
     # urllib3 starts with its connection object's repr, which tells a reader nothing.
     text = re.sub(r"^<[^>]*>: ", "", str(reason))
-    return " ".join(text.split()) or type(exc).__name__
+    # urllib3 writes the whole URL, query and all, into its messages.
+    return printable(" ".join(redact_text(text, names).split())) or type(exc).__name__
 
 
 def _tries(session: ResilientSession) -> str:
-    tries = sum(health.tries + health.rejected for health in session.health().values())
-    return f" ({tries} {'try' if tries == 1 else 'tries'})"
+    """``(3 tries)``, or ``(1 try, 2 refused)``: tries sent, then tries refused locally."""
+    hosts = session.health().values()
+    tries = sum(health.tries for health in hosts)
+    refused = sum(health.rejected for health in hosts)
+    counted = f"{tries} {'try' if tries == 1 else 'tries'}"
+    return f" ({counted}, {refused} refused)" if refused else f" ({counted})"
 
 
 # -- check -------------------------------------------------------------------------------------

@@ -50,9 +50,14 @@ def host_key(url: str) -> tuple[str, str, int]:
 
 
 def _origin(url: str) -> str:
-    """What precedes the path: every URL of one host, spelled alike, shares it."""
+    """What precedes the path, userinfo left out: every URL of one host, spelled alike,
+    shares it."""
     scheme, sep, rest = url.partition("://")
-    return scheme + sep + rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        # The origin keys caches that outlive the call; a password must not stay in them.
+        authority = authority.rpartition("@")[2]
+    return scheme + sep + authority
 
 
 def _key_of_origin(origin: str) -> tuple[str, str, int]:

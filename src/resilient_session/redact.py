@@ -1,11 +1,11 @@
-"""Making URLs safe to log: userinfo dropped, sensitive query values replaced."""
+"""Making URLs and messages safe to log: userinfo and fragments dropped, secret values hidden."""
 
 from __future__ import annotations
 
 import functools
 import re
 from collections.abc import Iterable
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import unquote_plus
 
 SENSITIVE_PARAMS = frozenset(
     {
@@ -24,10 +24,36 @@ SENSITIVE_PARAMS = frozenset(
         "sig",
         "code",
         "auth",
+        # Pre-signed cloud storage URLs carry their credentials in the query.
+        "x-amz-signature",
+        "x-amz-security-token",
+        "x-amz-credential",
+        "x-goog-signature",
+        "x-goog-credential",
+        "access-token",
+        "api-key",
+        "private_token",
+        "auth_token",
+        "jwt",
+        "session",
+        "sessionid",
+        # Servlet containers put the session id in a path parameter (/p;jsessionid=...).
+        "jsessionid",
+        "pwd",
+        "pass",
+        "bearer",
+        "authorization",
+        "client_assertion",
+        "credential",
     }
 )
 
 REDACTED = "REDACTED"
+
+# The separators between query parameters (HTML 4.01 §B.2.2 allows ';' beside '&'), kept.
+_PAIRS = re.compile(r"([&;])")
+# The parts of an array-style name: user[password] is sensitive through "password".
+_NAME_PARTS = re.compile(r"[\[\]]")
 
 
 def sensitive_names(extra: Iterable[str] = ()) -> frozenset[str]:
@@ -38,24 +64,100 @@ def sensitive_names(extra: Iterable[str] = ()) -> frozenset[str]:
 def redact_url(url: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     """*url* without userinfo or fragment, and with the values of sensitive parameters hidden.
 
+    A parameter is sensitive when its name, or any bracketed part of an array-style name
+    (``token[]``, ``user[password]``), is one of *names*, whatever its case; query parameters
+    split on ``&`` or ``;``, and path parameters (``/p;jsessionid=...``) are covered too.
     Non-sensitive parameters keep their original encoding, so the logged URL still matches
-    what went on the wire.
+    what went on the wire. Never raises, even for a URL that does not parse.
     """
     base, _, query = url.partition("?")
-    if "#" not in url and "@" not in base and not _might_hold(query, names):
+    if "#" not in url and "@" not in base and ";" not in base and not _might_hold(query, names):
         return url  # Nothing to hide: the common case, answered without parsing.
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    query = parts.query
+    return _redact_reference(url, names, absolute=True)
+
+
+def redact_text(text: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
+    """*text* with every URL in it redacted as :func:`redact_url` does, and every
+    ``name=value`` pair of a sensitive name anywhere in it hidden.
+
+    For messages written by others (urllib3's ``Max retries exceeded with url:
+    /p?token=... (Caused by ...)``): absolute URLs, and the path-and-query form urllib3 uses,
+    lose userinfo, fragment and secret values. Never raises.
+    """
+    kept: list[str] = []
+    position = 0
+    while (found := _IN_TEXT.search(text, position)) is not None:
+        kept.append(text[position : found.start()])
+        position = found.end()
+        url = found.group("absolute")
+        if url is not None:
+            url = _redact_reference(url, names, absolute=True)
+            # A URL inside this one (?next=http://user:pw@...) keeps no userinfo either.
+            kept.append(_USERINFO.sub(r"\g<scheme>", url))
+        elif (url := found.group("relative")) is not None:
+            kept.append(_USERINFO.sub(r"\g<scheme>", _redact_reference(url, names, absolute=False)))
+        else:
+            # Only the name and '=' were taken, so a URL that follows is still seen as one.
+            kept.append(found.group())
+            if is_sensitive(found.group("name"), names):
+                value = _VALUE.match(text, position)
+                position = value.end() if value is not None else position
+                kept.append(REDACTED)
+    kept.append(text[position:])
+    return "".join(kept)
+
+
+def is_sensitive(name: str, names: frozenset[str] = SENSITIVE_PARAMS) -> bool:
+    """True when parameter *name* (as sent, percent-encoded or not) is one of *names*, or an
+    array-style name with one of them as its base or a bracketed part."""
+    decoded = unquote_plus(name)
+    if decoded.strip().lower() in names:
+        return True
+    if "[" not in decoded and "]" not in decoded:
+        return False
+    return any(part.strip().lower() in names for part in _NAME_PARTS.split(decoded))
+
+
+def _redact_reference(url: str, names: frozenset[str], *, absolute: bool) -> str:
+    # Split by hand rather than with urlsplit: it raises on a malformed host ("http://[::1/")
+    # and drops tabs and newlines, while the text kept must be the text sent.
+    head = url.partition("#")[0]
+    head, mark, query = head.partition("?")
+    start = head.find("//") if absolute else (0 if head.startswith("//") else -1)
+    if start >= 0 and (not absolute or head[:start].endswith(":")):
+        start += 2
+        end = head.find("/", start)
+        if end < 0:
+            end = len(head)
+        authority = head[start:end].rpartition("@")[2]
+        head = head[:start] + authority + _redact_path(head[end:], names)
+    else:
+        head = _redact_path(head, names)
     if query:
-        query = "&".join(_redact_pair(pair, names) for pair in query.split("&"))
-    # The fragment never goes on the wire and OAuth flows put tokens there.
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        query = _redact_query(query, names)
+    return head + mark + query
+
+
+def _redact_path(path: str, names: frozenset[str]) -> str:
+    if ";" not in path:
+        return path
+    segments = path.split("/")
+    for index, segment in enumerate(segments):
+        if ";" in segment:
+            first, *params = segment.split(";")
+            segments[index] = ";".join([first, *(_redact_pair(p, names) for p in params)])
+    return "/".join(segments)
+
+
+def _redact_query(query: str, names: frozenset[str]) -> str:
+    pieces = _PAIRS.split(query)
+    pieces[::2] = [_redact_pair(pair, names) for pair in pieces[::2]]
+    return "".join(pieces)
 
 
 def _redact_pair(pair: str, names: frozenset[str]) -> str:
     name = pair.partition("=")[0]
-    if unquote_plus(name).strip().lower() in names:
+    if pair and is_sensitive(name, names):
         return f"{name}={REDACTED}"
     return pair
 
@@ -73,8 +175,23 @@ def _might_hold(query: str, names: frozenset[str]) -> bool:
 
 @functools.lru_cache(maxsize=32)
 def _name_pattern(names: frozenset[str]) -> re.Pattern[str]:
-    # A parameter whose name, whitespace around it and case aside, is one of *names*: for
-    # ASCII text the same test as pair.partition("=")[0].strip().lower() in names, in one
-    # search.
+    # One of *names*, whitespace around it and case aside, standing between separators of
+    # parameters ('&', ';', the query's ends) or of array-style name parts ('[', ']'): for
+    # ASCII text never false when is_sensitive would hold for some parameter, in one search.
     alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
-    return re.compile(rf"(?:^|&)\s*(?:{alternatives})\s*(?:=|&|$)", re.IGNORECASE)
+    return re.compile(rf"(?:^|[&;\[\]])\s*(?:{alternatives})\s*(?:[=&;\[\]]|$)", re.IGNORECASE)
+
+
+# In free text: an absolute URL (scheme://...); a path-and-query as urllib3 writes it after
+# "url: ", starting a word; or the name and '=' of a pair. A URL runs to whitespace or a
+# quote: a bracket or a comma may belong to a secret value, and cutting there would leave the
+# rest of the secret in view.
+_IN_TEXT = re.compile(
+    r"""(?P<absolute>[A-Za-z][A-Za-z0-9+.\-]*://[^\s'"<>`]*)"""
+    r"""|(?:^|(?<=[\s'"(=]))(?P<relative>/[^\s'"<>`]*)"""
+    r"""|(?P<name>[^\s&;?#=/'"<>:,(){}`]+)\s*=\s*"""
+)
+# The value of a pair in free text: quoted, or up to a parameter separator, whitespace or a
+# quote.
+_VALUE = re.compile(r"""'[^']*'|"[^"]*"|[^\s&;'"<>`]*""")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]*@")

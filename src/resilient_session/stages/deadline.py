@@ -11,6 +11,7 @@ from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
+from resilient_session.redact import redact_text
 
 
 class EnforceDeadline:
@@ -48,7 +49,7 @@ class EnforceDeadline:
             if cut:
                 exceeded = DeadlineExceeded(
                     f"deadline for {call.method} {call.state.key} ran out during try "
-                    f"{attempt.number}: {timed_out}",
+                    f"{attempt.number}: {redact_text(str(timed_out))}",
                     request=attempt.request,
                 )
                 exceeded.__cause__ = timed_out
