@@ -323,10 +323,10 @@ def test_stats_table_from_recorded_file(capsys):
         "calls",
         "tries",
         "tries/call",
+        "refused",
         "retries",
         "ok",
         "give-ups",
-        "fail-fasts",
         "trips",
         "p50",
         "total",
@@ -336,14 +336,17 @@ def test_stats_table_from_recorded_file(capsys):
     rows = {line.split()[0]: " ".join(line.split()[1:]) for line in lines[1:3]}
     # p99 1.0 reads 0.990: the histogram reports within 1 % (docs/events.md).
     assert rows == {
-        "http://127.0.0.1:8080": "5 8 1.60 3 2 3 0 0 0.050 s 0.402 s",
-        "http://127.0.0.1:9090": "5 6 1.20 1 1 2 2 1 0.020 s 0.990 s",
+        "http://127.0.0.1:8080": "5 8 1.60 0 3 2 3 0 0.050 s 0.402 s",
+        "http://127.0.0.1:9090": "5 4 0.80 2 1 1 2 1 0.020 s 0.990 s",
     }
     assert "  http://127.0.0.1:9090  breaker_open=1 deadline=1" in lines
+    assert lines[lines.index("refused (fail-fasts) by reason") + 1] == (
+        "  http://127.0.0.1:9090  breaker_open=2"
+    )
     assert "  http://127.0.0.1:9090  closed->open=1 half_open->closed=1 open->half_open=1" in lines
     assert lines[-1] == (
-        "21 lines read, 4 skipped (2 not JSON, 1 other events, 1 malformed); "
-        "p50/p99 of each call's final try, within 1%"
+        "21 lines read, 17 used, 4 skipped (2 not JSON, 0 too long, 1 other events, "
+        "1 malformed); p50/p99 of each call's final try, within 1%"
     )
 
 
@@ -369,7 +372,69 @@ def test_stats_empty_input(capsys, monkeypatch):
     assert main(["stats", "-"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "no events"
-    assert out[-1].startswith("0 lines read, 0 skipped")
+    assert out[-1].startswith("0 lines read, 0 used, 0 skipped")
+
+
+def _try_line(host: str = "http://127.0.0.1:8080", **fields: Any) -> str:
+    event = {"event": "http.try", "host": host, "attempt": 1, "decision": "success"}
+    return json.dumps({**event, "reason": "ok", "total": 0.1, **fields})
+
+
+def test_stats_counts_past_hostile_lines(capsys, tmp_path):
+    """Wrong-typed fields, deep nesting and a 1 MB line are skipped and counted; the good
+    line still makes its row and the exit code is 0."""
+    path = tmp_path / "events.jsonl"
+    hostile = [
+        _try_line(decision=[]),
+        _try_line(reason={}),
+        '{"event": "breaker.transition", "host": "h", "from": [], "to": {}}',
+        _try_line(total=10**400),
+        "[" * 20_000 + "]" * 20_000,
+        "x" * 1_000_000,
+        _try_line(),
+    ]
+    path.write_text("\n".join(hostile) + "\n", encoding="utf-8")
+    assert main(["stats", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:4] == ["http://127.0.0.1:8080", "1", "1", "1.00"]
+    assert out[-1].startswith(
+        "7 lines read, 1 used, 6 skipped (1 not JSON, 1 too long, 0 other events, 4 malformed)"
+    )
+
+
+HOSTILE_HOST = "http://a\x1b]0;owned\x07\x1b[2J\r\nforged\u202eevil\ud800:80"
+
+
+def test_stats_text_escapes_hosts_from_the_input(capsys, monkeypatch):
+    """A host carrying escape sequences, CR LF, a bidi override and a lone surrogate is printed
+    escaped: no control character reaches the terminal, and the row stays one line."""
+    lines = [
+        _try_line(HOSTILE_HOST),
+        _try_line(HOSTILE_HOST, decision="give_up", reason="max_attempts"),
+        json.dumps(
+            {"event": "breaker.transition", "host": HOSTILE_HOST, "from": "closed", "to": "open"}
+        ),
+    ]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    shown = "http://a\\x1b]0;owned\\x07\\x1b[2J\\x0d\\x0aforged\\u202eevil\\ud800:80"
+    assert out.splitlines()[1].split()[0] == shown
+    assert f"  {shown}  max_attempts=1" in out.splitlines()
+    assert f"  {shown}  closed->open=1" in out.splitlines()
+    assert not any(ord(ch) < 0x20 and ch != "\n" for ch in out)
+    assert "\u202e" not in out
+
+
+def test_stats_json_is_ascii_and_keeps_the_host_exact(capsys, monkeypatch):
+    """--json writes every control, bidi and surrogate character as a \\u escape: the output
+    is plain ASCII, and decoding it gives the host back exactly."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(_try_line(HOSTILE_HOST)))
+    assert main(["stats", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.isascii()
+    assert "\\u001b]0;owned\\u0007" in out
+    assert list(json.loads(out)["hosts"]) == [HOSTILE_HOST]
 
 
 def test_stats_missing_file_is_exit_2(capsys, tmp_path):
@@ -546,5 +611,5 @@ def test_subprocess_stats_from_a_pipe():
     rows = [line.split() for line in done.stdout.splitlines()[1:3]]
     assert [row[:4] for row in rows] == [
         ["http://127.0.0.1:8080", "5", "8", "1.60"],
-        ["http://127.0.0.1:9090", "5", "6", "1.20"],
+        ["http://127.0.0.1:9090", "5", "4", "0.80"],
     ]

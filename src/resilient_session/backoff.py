@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from datetime import timezone
 from email.utils import parsedate_to_datetime
@@ -31,8 +30,11 @@ def overload_backoff(retry: int, base: float, cap: float, rng: random.Random) ->
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:
     """Seconds to wait from a Retry-After header value, or None when it cannot be used.
 
-    RFC 9110 §10.2.3: the value is delay-seconds or an HTTP-date. A date in the past means no
-    wait; garbage, negative and non-finite values give None so the caller falls back to backoff.
+    RFC 9110 §10.2.3: the value is delay-seconds or an HTTP-date. Numbers are read as Python
+    floats, so ``2.5`` and ``1e3`` count too. A delay past what a float holds (``1e400``, 400
+    digits, ``inf``) is ``math.inf``, which the caller treats like any delay over its cap.
+    ``-0`` and a date in the past mean no wait (0.0). NaN, negative values and text that is
+    neither a number nor a date give None, so the caller falls back to backoff.
     """
     if value is None:
         return None
@@ -43,9 +45,12 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
         seconds = float(text)
     except ValueError:
         return _seconds_until_date(text, now_wall)
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
+    if seconds > 0:
+        return seconds
+    if seconds == 0:
+        # "-0" parses as -0.0, which would be logged as a wait of -0.0.
+        return 0.0
+    return None  # negative, or NaN (which compares false to everything)
 
 
 def _seconds_until_date(text: str, now_wall: float) -> float | None:

@@ -312,16 +312,18 @@ def _parse_host(text: str) -> tuple[str, int]:
 def _run_stats(args: argparse.Namespace) -> int:
     aggregator = StatsAggregator()
     if args.file == "-":
-        aggregator.feed_lines(_text_stdin())
+        aggregator.feed_file(_text_stdin())
     else:
         try:
             with open(args.file, encoding="utf-8", errors="replace") as lines:
-                aggregator.feed_lines(lines)
+                aggregator.feed_file(lines)
         except OSError as exc:
             raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
     summary = aggregator.summary()
     if args.json:
-        print(json.dumps(summary, indent=2))
+        # ensure_ascii (the default) writes controls, bidi overrides and lone surrogates from
+        # the input as \u escapes: the document is plain ASCII, safe on any terminal.
+        print(json.dumps(summary, indent=2, ensure_ascii=True))
     else:
         print(stats_text(summary))
     return EXIT_OK

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .terminal import printable
+
 if TYPE_CHECKING:
     from .demo import SceneResult
 
@@ -14,52 +16,67 @@ _COLUMNS = [
     "calls",
     "tries",
     "tries/call",
+    "refused",
     "retries",
     "ok",
     "give-ups",
-    "fail-fasts",
     "trips",
     "p50 total",
     "p99 total",
 ]
 
+# The row that sums the hosts past the per-host limit: parenthesised, unlike a host key.
+OTHER_HOSTS = "(other hosts)"
+
 
 def stats_text(summary: dict[str, Any]) -> str:
-    """The per-host table, then give-ups, fail-fasts and transitions by reason."""
-    hosts: dict[str, dict[str, Any]] = summary["hosts"]
+    """The per-host table, then give-ups, fail-fasts and transitions by reason.
+
+    Every host, reason and transition name came from the input, so each goes through
+    :func:`printable`: a host key in a log cannot recolour or rewrite the reader's terminal.
+    """
+    # Pairs, not a dict: two hosts may print alike ("\x1b" escaped, and those four characters).
+    hosts = [(printable(host), figures) for host, figures in summary["hosts"].items()]
+    if summary["other_hosts"] is not None:
+        hosts.append((OTHER_HOSTS, summary["other_hosts"]))
     rows = [
         [
             host,
             figures["calls"],
             figures["tries"],
             _number(figures["tries_per_call"], "{:.2f}"),
+            figures["refused"],
             figures["retries"],
             figures["successes"],
             sum(figures["give_ups"].values()),
-            sum(figures["fail_fasts"].values()),
             figures["breaker_trips"],
             _number(figures["total_p50"], "{:.3f} s"),
             _number(figures["total_p99"], "{:.3f} s"),
         ]
-        for host, figures in hosts.items()
+        for host, figures in hosts
     ]
     lines = _table(_COLUMNS, rows) if rows else ["no events"]
+    if summary["other_hosts"] is not None:
+        lines += [
+            f"{OTHER_HOSTS}: about {summary['hosts_folded']:,} more hosts, past the first "
+            f"{summary['max_hosts']:,} seen, share this row"
+        ]
     for title, key in (
         ("give-ups by reason", "give_ups"),
-        ("fail-fasts by reason", "fail_fasts"),
+        ("refused (fail-fasts) by reason", "fail_fasts"),
         ("breaker transitions", "breaker_transitions"),
     ):
-        details = [(host, figures[key]) for host, figures in hosts.items() if figures[key]]
+        details = [(host, figures[key]) for host, figures in hosts if figures[key]]
         if details:
             lines += ["", title]
             lines += [f"  {host}  {_counts(counts)}" for host, counts in details]
     skipped = summary["skipped"]
     lines += [
         "",
-        f"{summary['lines']} lines read, {skipped['total']} skipped "
-        f"({skipped['not_json']} not JSON, {skipped['other_event']} other events, "
-        f"{skipped['malformed']} malformed); p50/p99 of each call's final try, within "
-        f"{summary['relative_error']:.0%}",
+        f"{summary['lines']} lines read, {summary['used']} used, {skipped['total']} skipped "
+        f"({skipped['not_json']} not JSON, {skipped['too_long']} too long, "
+        f"{skipped['other_event']} other events, {skipped['malformed']} malformed); "
+        f"p50/p99 of each call's final try, within {summary['relative_error']:.0%}",
     ]
     return "\n".join(lines)
 
@@ -80,7 +97,7 @@ def _table(
 
 
 def _counts(counts: dict[str, int]) -> str:
-    return " ".join(f"{name}={count}" for name, count in counts.items())
+    return " ".join(f"{printable(name)}={count}" for name, count in counts.items())
 
 
 def _number(value: float | None, spec: str) -> str:

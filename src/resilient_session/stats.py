@@ -1,148 +1,45 @@
 """Streaming per-host figures from ``http.try`` and ``breaker.transition`` JSON lines.
 
-Memory does not grow with the number of lines read: counters per host, and for latency a
-log-bucketed histogram whose size is fixed by its range and accuracy, never a list of values.
-"""
+Memory is bounded whatever the input: a line over ``MAX_LINE`` characters is skipped without
+being held whole, the first ``MAX_HOSTS`` hosts get a row each and the rest share one, and
+latency is a log-bucketed histogram of fixed size, never a list of values. No line can stop
+the count: a line that is not one of our events, whatever its shape, is skipped and counted
+by why."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections import Counter
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, Protocol, TypeGuard
 
-from .attempt import Verdict
+from .attempt import Reason, Verdict
+from .figures import HostStats, Skipped
+from .sketch import RELATIVE_ERROR, DistinctCounter
 
 TRY_EVENT: Final = "http.try"
 TRANSITION_EVENT: Final = "breaker.transition"
 
-# Quantiles are reported within this fraction of the exact value.
-RELATIVE_ERROR: Final = 0.01
+# 64 KiB, the newline included: about 200 times one of our events. Past it a line is not ours,
+# and is skipped a piece at a time, never held whole.
+MAX_LINE: Final = 65_536
+# Hosts past the first 1,000 seen share one row, so a log of a million distinct hosts costs
+# what a log of a thousand does (a host's row is a few kilobytes).
+MAX_HOSTS: Final = 1_000
+# A DNS name is at most 253 characters; with scheme and port a host key fits well within this.
+MAX_HOST_LENGTH: Final = 512
 
 _VERDICTS: Final = frozenset(verdict.value for verdict in Verdict)
+_REASONS: Final = frozenset(reason.value for reason in Reason)
 _BREAKER_STATES: Final = frozenset({"closed", "open", "half_open"})
+_RETRY: Final = Verdict.RETRY.value
+_SUCCESS: Final = Verdict.SUCCESS.value
+_FAIL_FAST: Final = Verdict.FAIL_FAST.value
 
 
-class LogHistogram:
-    """Counts of non-negative values in logarithmic buckets (the DDSketch layout).
-
-    Bucket k holds the values in ``(gamma**(k-1), gamma**k]`` with
-    ``gamma = (1 + relative_error) / (1 - relative_error)``, and a quantile is reported as the
-    bucket's midpoint ``2 * gamma**k / (gamma + 1)``, which is within *relative_error* of every
-    value in the bucket. So a reported quantile is within *relative_error* (1 % by default) of
-    the exact nearest-rank quantile. Values below *min_value* count as 0 and values above
-    *max_value* as *max_value*, so there are at most ``log(max_value / min_value) / log(gamma)``
-    buckets (about 1,400 with the defaults) however many values are added.
-    """
-
-    def __init__(
-        self,
-        relative_error: float = RELATIVE_ERROR,
-        min_value: float = 1e-6,
-        max_value: float = 1e6,
-    ) -> None:
-        if not 0 < relative_error < 1:
-            raise ValueError(f"relative_error must be in (0, 1), got {relative_error}")
-        if not 0 < min_value < max_value:
-            raise ValueError(f"need 0 < min_value < max_value, got {min_value}, {max_value}")
-        self.relative_error = relative_error
-        self._gamma = (1 + relative_error) / (1 - relative_error)
-        self._log_gamma = math.log(self._gamma)
-        self._min_value = min_value
-        self._max_value = max_value
-        self._buckets: dict[int, int] = {}
-        self._zeros = 0
-        self.count = 0
-
-    @property
-    def bucket_count(self) -> int:
-        """Buckets in use, zeros included; bounded by the range, not by ``count``."""
-        return len(self._buckets) + (1 if self._zeros else 0)
-
-    def add(self, value: float) -> None:
-        """Count one value; negative values are a caller's bug."""
-        if value < 0 or math.isnan(value):
-            raise ValueError(f"histogram values must be >= 0, got {value}")
-        self.count += 1
-        if value < self._min_value:
-            self._zeros += 1
-            return
-        key = math.ceil(math.log(min(value, self._max_value)) / self._log_gamma)
-        self._buckets[key] = self._buckets.get(key, 0) + 1
-
-    def quantile(self, q: float) -> float | None:
-        """The nearest-rank *q*-quantile (0 < q <= 1) within the relative error; None if empty."""
-        if not 0 < q <= 1:
-            raise ValueError(f"quantile must be in (0, 1], got {q}")
-        if self.count == 0:
-            return None
-        rank = max(1, math.ceil(q * self.count))
-        seen = self._zeros
-        if seen >= rank:
-            return 0.0
-        for key in sorted(self._buckets):
-            seen += self._buckets[key]
-            if seen >= rank:
-                return 2 * self._gamma**key / (self._gamma + 1)
-        raise AssertionError("bucket counts do not add up to count")  # pragma: no cover
-
-
-@dataclass
-class HostStats:
-    """Running figures for one ``scheme://host:port``."""
-
-    tries: int = 0
-    calls: int = 0
-    retries: int = 0
-    successes: int = 0
-    give_ups: Counter[str] = field(default_factory=Counter)
-    fail_fasts: Counter[str] = field(default_factory=Counter)
-    transitions: Counter[str] = field(default_factory=Counter)
-    final_total: LogHistogram = field(default_factory=LogHistogram)
-
-    @property
-    def tries_per_call(self) -> float | None:
-        return self.tries / self.calls if self.calls else None
-
-    @property
-    def breaker_trips(self) -> int:
-        """Transitions into ``open``, from closed or from a failed half-open probe."""
-        return sum(count for key, count in self.transitions.items() if key.endswith("->open"))
-
-    def summary(self) -> dict[str, Any]:
-        """The figures as plain JSON-ready values."""
-        per_call = self.tries_per_call
-        p50 = self.final_total.quantile(0.5)
-        p99 = self.final_total.quantile(0.99)
-        return {
-            "calls": self.calls,
-            "tries": self.tries,
-            "tries_per_call": round(per_call, 3) if per_call is not None else None,
-            "retries": self.retries,
-            "successes": self.successes,
-            "give_ups": dict(sorted(self.give_ups.items())),
-            "fail_fasts": dict(sorted(self.fail_fasts.items())),
-            "breaker_transitions": dict(sorted(self.transitions.items())),
-            "breaker_trips": self.breaker_trips,
-            "final_tries": self.final_total.count,
-            "total_p50": round(p50, 6) if p50 is not None else None,
-            "total_p99": round(p99, 6) if p99 is not None else None,
-        }
-
-
-@dataclass
-class Skipped:
-    """Lines that were read but not counted, by why."""
-
-    not_json: int = 0
-    other_event: int = 0
-    malformed: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.not_json + self.other_event + self.malformed
+class _Lines(Protocol):
+    def readline(self, size: int = -1, /) -> str: ...
 
 
 class StatsAggregator:
@@ -155,28 +52,46 @@ class StatsAggregator:
     Example::
 
         stats = StatsAggregator()
-        stats.feed_lines(open("events.jsonl"))
+        with open("events.jsonl", encoding="utf-8", errors="replace") as lines:
+            stats.feed_file(lines)
         stats.summary()["hosts"]["https://api.example.com:443"]["tries_per_call"]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_hosts: int = MAX_HOSTS) -> None:
         self.hosts: dict[str, HostStats] = {}
+        # Everything of the hosts past max_hosts; None until the first one is seen.
+        self.other_hosts: HostStats | None = None
+        self._folded = DistinctCounter()
+        self._max_hosts = max_hosts
         self.skipped = Skipped()
         self.lines = 0
+        self.used = 0
+
+    def feed_file(self, stream: _Lines) -> None:
+        """Feed every line of *stream*, holding at most ``MAX_LINE`` characters at a time."""
+        while line := stream.readline(MAX_LINE + 1):
+            if len(line) > MAX_LINE and not line.endswith("\n"):
+                _discard_rest_of_line(stream)
+            self.feed(line)
 
     def feed_lines(self, lines: Iterable[str]) -> None:
-        """Feed every line of *lines*; an iterator over a file keeps one line in memory."""
+        """Feed every line of *lines*, each already whole in memory."""
         for line in lines:
             self.feed(line)
 
     def feed(self, line: str) -> None:
         """Count one line: ours are aggregated, anything else is skipped and counted."""
+        if len(line) > MAX_LINE:
+            self.lines += 1
+            self.skipped.too_long += 1
+            return
         if not line.strip():
             return
         self.lines += 1
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: nested deeper than the parser's stack goes, as no event of ours is.
             self.skipped.not_json += 1
             return
         if not isinstance(event, dict):
@@ -185,7 +100,7 @@ class StatsAggregator:
         self.add(event)
 
     def add(self, event: Mapping[str, Any]) -> None:
-        """Count one decoded event."""
+        """Count one decoded event; every field read is checked for type and range first."""
         name = event.get("event")
         if name == TRY_EVENT:
             self._add_try(event)
@@ -196,59 +111,79 @@ class StatsAggregator:
 
     def _host(self, key: str) -> HostStats:
         stats = self.hosts.get(key)
-        if stats is None:
+        if stats is not None:
+            return stats
+        if len(self.hosts) < self._max_hosts:
             stats = self.hosts[key] = HostStats()
-        return stats
+            return stats
+        self._folded.add(key)
+        if self.other_hosts is None:
+            self.other_hosts = HostStats()
+        return self.other_hosts
 
     def _add_try(self, event: Mapping[str, Any]) -> None:
         host = event.get("host")
         attempt = event.get("attempt")
         decision = event.get("decision")
         reason = event.get("reason")
-        total = event.get("total")
+        total = _seconds(event.get("total"))
         if not (
-            isinstance(host, str)
+            _is_host(host)
             and _is_int(attempt)
             and attempt >= 1
-            and decision in _VERDICTS
-            and isinstance(reason, str)
-            and _is_number(total)
-            and total >= 0
+            and _is_one_of(decision, _VERDICTS)
+            and _is_one_of(reason, _REASONS)
+            and total is not None
         ):
             self.skipped.malformed += 1
             return
+        self.used += 1
         stats = self._host(host)
-        stats.tries += 1
         if attempt == 1:
             stats.calls += 1
-        if decision == Verdict.RETRY.value:
+        if decision == _FAIL_FAST:
+            stats.refused += 1
+            stats.fail_fasts[reason] += 1
+            stats.final_total.add(total)
+            return
+        stats.tries += 1
+        if decision == _RETRY:
             stats.retries += 1
             return
-        if decision == Verdict.SUCCESS.value:
+        if decision == _SUCCESS:
             stats.successes += 1
-        elif decision == Verdict.GIVE_UP.value:
-            stats.give_ups[reason] += 1
         else:
-            stats.fail_fasts[reason] += 1
-        stats.final_total.add(float(total))
+            stats.give_ups[reason] += 1
+        stats.final_total.add(total)
 
     def _add_transition(self, event: Mapping[str, Any]) -> None:
         host = event.get("host")
         before = event.get("from")
         after = event.get("to")
-        if not (isinstance(host, str) and before in _BREAKER_STATES and after in _BREAKER_STATES):
+        if not (
+            _is_host(host)
+            and _is_one_of(before, _BREAKER_STATES)
+            and _is_one_of(after, _BREAKER_STATES)
+        ):
             self.skipped.malformed += 1
             return
+        self.used += 1
         self._host(host).transitions[f"{before}->{after}"] += 1
 
     def summary(self) -> dict[str, Any]:
         """Everything as plain JSON-ready values, hosts in sorted order."""
+        other = self.other_hosts
         return {
             "hosts": {key: self.hosts[key].summary() for key in sorted(self.hosts)},
+            "other_hosts": other.summary() if other is not None else None,
+            "hosts_folded": self._folded.estimate() if other is not None else 0,
+            "max_hosts": self._max_hosts,
             "lines": self.lines,
+            "used": self.used,
             "skipped": {
                 "total": self.skipped.total,
                 "not_json": self.skipped.not_json,
+                "too_long": self.skipped.too_long,
                 "other_event": self.skipped.other_event,
                 "malformed": self.skipped.malformed,
             },
@@ -256,9 +191,30 @@ class StatsAggregator:
         }
 
 
+def _discard_rest_of_line(stream: _Lines) -> None:
+    while chunk := stream.readline(MAX_LINE):
+        if chunk.endswith("\n"):
+            return
+
+
+def _is_host(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and 0 < len(value) <= MAX_HOST_LENGTH
+
+
+def _is_one_of(value: object, allowed: frozenset[str]) -> TypeGuard[str]:
+    # The type first: a list or dict is unhashable, and `in` a set would raise TypeError.
+    return isinstance(value, str) and value in allowed
+
+
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _seconds(value: object) -> float | None:
+    """*value* as a float when it is a finite number >= 0, else None."""
+    if isinstance(value, float):
+        return value if 0 <= value < math.inf else None  # NaN fails both comparisons
+    # An int is compared before it is converted: float(10**400) raises OverflowError.
+    if _is_int(value) and 0 <= value <= sys.float_info.max:
+        return float(value)
+    return None

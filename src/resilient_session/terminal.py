@@ -6,8 +6,11 @@ import re
 
 # C0 and C1 controls and DEL: an escape sequence can recolour, move the cursor or retitle a
 # terminal, and a CR or LF can forge a line that seems to come from the program. The bidi
-# overrides and isolates reorder what a reader sees (CVE-2021-42574, "Trojan Source").
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# overrides and isolates reorder what a reader sees (CVE-2021-42574, "Trojan Source"). A lone
+# surrogate (a JSON "\ud800") cannot be encoded at all: printing it raises UnicodeEncodeError.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def printable(text: str) -> str:

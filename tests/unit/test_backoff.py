@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from email.utils import formatdate
 
@@ -50,16 +51,33 @@ def test_full_jitter_spreads():
         ("2.5", 2.5),
         (None, None),
         ("", None),
+        ("1e300", 1e300),
+        ("1e400", math.inf),
+        ("9" * 400, math.inf),
+        ("inf", math.inf),
+        ("+Infinity", math.inf),
         ("-1", None),
+        ("-1e-9", None),
+        ("-inf", None),
+        ("-1e400", None),
         ("nan", None),
-        ("inf", None),
+        ("-NaN", None),
         ("soon", None),
+        ("0x10", None),
         ("Wed, 99 Foo", None),
     ],
 )
 def test_parse_retry_after_seconds_and_garbage(value, expected):
-    """delay-seconds parse; garbage, negative and non-finite values give None."""
+    """delay-seconds parse, a delay past a float's range is infinite; garbage, negative and
+    NaN values give None."""
     assert parse_retry_after(value, NOW) == expected
+
+
+@pytest.mark.parametrize("value", ["-0", "-0.0", "+0", "0e5", "-0e-5"])
+def test_parse_retry_after_zero_is_positive_zero(value):
+    """Every spelling of zero, "-0" included, is a wait of +0.0, never -0.0."""
+    # repr tells the zeros apart: -0.0 == 0.0 holds.
+    assert repr(parse_retry_after(value, NOW)) == "0.0"
 
 
 def test_parse_retry_after_http_date():

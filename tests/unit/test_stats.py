@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_session.stats import LogHistogram, StatsAggregator
+from resilient_session.sketch import LogHistogram
+from resilient_session.stats import StatsAggregator
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "events.jsonl"
 
@@ -55,6 +56,7 @@ def test_recorded_file_figures_per_host():
         "calls": 5,
         "tries": 8,
         "tries_per_call": 1.6,
+        "refused": 0,
         "retries": 3,
         "successes": 2,
         "give_ups": {"max_attempts": 1, "not_idempotent": 1, "retry_after_too_long": 1},
@@ -65,8 +67,9 @@ def test_recorded_file_figures_per_host():
     }
     assert {k: v for k, v in second.items() if not k.startswith("total_")} == {
         "calls": 5,
-        "tries": 6,
-        "tries_per_call": 1.2,
+        "tries": 4,
+        "tries_per_call": 0.8,
+        "refused": 2,
         "retries": 1,
         "successes": 1,
         "give_ups": {"breaker_open": 1, "deadline": 1},
@@ -75,8 +78,15 @@ def test_recorded_file_figures_per_host():
         "breaker_trips": 1,
         "final_tries": 5,
     }
-    assert summary["lines"] == 21
-    assert summary["skipped"] == {"total": 4, "not_json": 2, "other_event": 1, "malformed": 1}
+    assert (summary["lines"], summary["used"]) == (21, 17)
+    assert summary["skipped"] == {
+        "total": 4,
+        "not_json": 2,
+        "too_long": 0,
+        "other_event": 1,
+        "malformed": 1,
+    }
+    assert (summary["other_hosts"], summary["hosts_folded"]) == (None, 0)
 
 
 def test_recorded_file_percentiles_within_one_percent():
@@ -145,8 +155,14 @@ def test_other_lines_are_skipped_and_counted_by_kind():
     )
     summary = stats.summary()
     assert summary["hosts"] == {}
-    assert summary["lines"] == 8
-    assert summary["skipped"] == {"total": 8, "not_json": 2, "other_event": 1, "malformed": 5}
+    assert (summary["lines"], summary["used"]) == (8, 0)
+    assert summary["skipped"] == {
+        "total": 8,
+        "not_json": 2,
+        "too_long": 0,
+        "other_event": 1,
+        "malformed": 5,
+    }
 
 
 def test_hosts_without_final_tries_report_no_percentiles():
@@ -202,3 +218,18 @@ def test_histogram_rejects_bad_input():
         histogram.quantile(0)
     with pytest.raises(ValueError, match="relative_error"):
         LogHistogram(relative_error=1.5)
+
+
+def test_refused_tries_are_not_tries_and_agree_with_health(harness, logs):
+    """Two 503s open the breaker (threshold 2) and three calls are refused: stats counts 2
+    tries and 3 refused, as session.health() counts 2 tries and 3 rejected."""
+    h = harness({"defaults": {"retry": {"max_attempts": 1}, "breaker": {"failure_threshold": 2}}})
+    for step in (503, 503, 200, 200, 200):
+        h.run(step)
+    stats = StatsAggregator()
+    stats.feed_lines(json.dumps(event) for event in logs)
+    figures = stats.summary()["hosts"]["http://svc.test:80"]
+    health = h.registry.health()["http://svc.test:80"]
+    assert (figures["calls"], figures["tries"], figures["refused"]) == (5, 2, 3)
+    assert (figures["tries"], figures["refused"]) == (health.tries, health.rejected)
+    assert (figures["tries_per_call"], figures["fail_fasts"]) == (0.4, {"breaker_open": 3})

@@ -18,6 +18,12 @@ def test_bidi_overrides_are_spelled_out():
     assert printable("user\u202eadmin\u2066") == "user\\u202eadmin\\u2066"
 
 
+def test_lone_surrogates_are_spelled_out():
+    """A lone surrogate, which no encoding can print, is written as its escape."""
+    shown = printable("h\ud800\udfffost")
+    assert (shown, shown.encode("utf-8")) == ("h\\ud800\\udfffost", b"h\\ud800\\udfffost")
+
+
 @given(st.text())
 def test_nothing_unsafe_survives(text):
     shown = printable(text)

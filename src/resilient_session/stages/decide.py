@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
@@ -68,7 +69,8 @@ class Decide:
         if tier is Tier.OVERLOAD:
             reason = Reason.OVERLOAD
             asked = self._retry_after(outcome)
-            if asked is not None and asked > policy.retry_after_cap:
+            # An infinite delay is too long even under an infinite cap: it could never be slept.
+            if asked is not None and (asked > policy.retry_after_cap or asked == math.inf):
                 return _give_up(Reason.RETRY_AFTER_TOO_LONG)
             wait = (
                 asked
