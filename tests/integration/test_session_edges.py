@@ -7,7 +7,8 @@ import pytest
 import requests
 from structlog.testing import capture_logs
 
-from resilient_session.upstream import refused_url
+from resilient_session import BreakerState, DeadlineExceeded
+from resilient_session.upstream import Reply, refused_url
 
 pytestmark = pytest.mark.integration
 
@@ -23,3 +24,22 @@ def test_post_through_a_refusing_proxy_is_retried_as_a_connect_failure(make_sess
 
     tries = [(e["decision"], e["reason"]) for e in logs if e["event"] == "http.try"]
     assert tries == [("retry", "transient"), ("retry", "transient"), ("give_up", "max_attempts")]
+
+
+def test_impatient_callers_do_not_open_the_breaker(upstream, make_session):
+    """Six calls with deadline=0.1 to a healthy host answering in 0.2 s each end in
+    DeadlineExceeded; the breaker stays closed and a patient call succeeds on its first try."""
+    upstream.script("/slow", Reply(200, body=b"ok", delay=0.2))
+    session = make_session()
+    url = upstream.url("/slow")
+
+    for _ in range(6):
+        with pytest.raises(DeadlineExceeded):
+            session.get(url, deadline=0.1)
+
+    health = session.health()[upstream.base_url]
+    assert (health.breaker, health.failures) == (BreakerState.CLOSED, 0)
+    response = session.get(url)
+    assert (response.status_code, response.text) == (200, "ok")
+    assert upstream.hits("/slow") == 7
+    assert session.health()[upstream.base_url].tries == 7

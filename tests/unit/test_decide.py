@@ -13,7 +13,7 @@ from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 from resilient_session import CircuitOpenError, DeadlineExceeded
 from resilient_session.attempt import Reason, Verdict
-from resilient_session.breaker import TryResult
+from resilient_session.breaker import BreakerState, TryResult
 from resilient_session.errors import is_connect_failure
 from resilient_session.pipeline import drive
 from resilient_session.stages import standard_chain
@@ -462,3 +462,32 @@ def test_proxy_that_wants_credentials_is_never_retried(harness):
         outcome, transport = harness(FAST).run(proxy_error(wants), 200, method=method)
         assert (transport.calls, outcome.decision.reason) == (1, Reason.NOT_RETRYABLE)
     assert not is_connect_failure(proxy_error(wants))
+
+
+def test_tries_cut_by_the_callers_deadline_leave_the_breaker_closed(harness, clock):
+    """Twenty tries cut short because the caller's deadline clamped the host's own timeouts
+    (ten read timeouts, ten bodies cut at the deadline) are neutral: the breaker stays closed,
+    and a call without a deadline then goes through on its first try."""
+    h = harness({"defaults": {"breaker": {"failure_threshold": 5}}})
+    body_cut = DeadlineExceeded("deadline ran out while reading the body of 200")
+    for step in [requests.ReadTimeout("slow")] * 10 + [body_cut] * 10:
+        outcome, transport = h.run(step, latency=0.1, deadline=0.1)
+        assert (transport.calls, outcome.decision.reason) == (1, Reason.DEADLINE)
+        assert isinstance(outcome.error, DeadlineExceeded)
+    assert h.host().breaker.state is BreakerState.CLOSED
+    outcome, transport = h.run(200)
+    assert (outcome.status, transport.calls) == (200, 1)
+
+
+def test_tries_that_run_into_the_hosts_own_timeout_open_the_breaker(harness, clock):
+    """Five read timeouts that are the host's own (1 s, well inside a 60 s deadline) are
+    failures: the fifth opens the breaker and the next call is refused."""
+    config = {"defaults": {"breaker": {"failure_threshold": 5}, "retry": {"max_attempts": 1}}}
+    h = harness(config)
+    for _ in range(5):
+        assert h.host().breaker.state is BreakerState.CLOSED
+        outcome, _ = h.run(requests.ReadTimeout("slow"), timeout=(1.0, 1.0), deadline=60.0)
+        assert type(outcome.error) is requests.ReadTimeout
+    assert h.host().breaker.state is BreakerState.OPEN
+    outcome, transport = h.run(200)
+    assert (transport.calls, outcome.decision.reason) == (0, Reason.BREAKER_OPEN)
