@@ -1,0 +1,46 @@
+"""ResilientSession where a requests user first meets it: copies, cookies, bodies, deadlines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import responses
+from responses.registries import OrderedRegistry
+
+from resilient_session import HostRegistry, ResilientAdapter, ResilientSession
+from resilient_session.testing import FakeClock
+
+URL = "http://svc.test/items"
+HOST = "http://svc.test:80"
+FAST = {"defaults": {"retry": {"backoff_base": 0.05, "backoff_cap": 0.1}}}
+
+
+def registry_of(session: ResilientSession) -> HostRegistry:
+    """The registry the adapter mounted for URL reports to."""
+    adapter = session.get_adapter(URL)
+    assert isinstance(adapter, ResilientAdapter)
+    return adapter.registry
+
+
+@pytest.fixture
+def mock() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(registry=OrderedRegistry) as rsps:
+        yield rsps
+
+
+@pytest.fixture
+def session(clock: FakeClock) -> ResilientSession:
+    return ResilientSession(FAST, clock=clock)
+
+
+def test_explicit_deadline_replaces_configured_default(mock, clock):
+    """deadline=10 with deadline.default 2 gives the call 10 s, not 2."""
+    session = ResilientSession({"defaults": {"deadline": {"default": 2.0}}}, clock=clock)
+    for _ in range(3):
+        mock.get(URL, status=200)
+    session.get(URL, deadline=10)
+    session.get(URL)
+    session.get(URL, deadline=0.5)
+    sent = [call.request.headers["X-Request-Timeout-Ms"] for call in mock.calls]
+    assert sent == ["10000", "2000", "500"]
