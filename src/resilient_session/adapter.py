@@ -24,7 +24,8 @@ from .stages import standard_chain
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-_REPLAYABLE_BODIES = (str, bytes, bytearray)
+_REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
+
 
 _new_tuple = tuple.__new__
 
@@ -164,6 +165,20 @@ def start_call(
             deadline_at,
             now,
             method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers,
-            request.body is None or isinstance(request.body, _REPLAYABLE_BODIES),
+            request.body is None
+            or isinstance(request.body, _REPLAYABLE_BODIES)
+            or _rereadable(request.body),
         ),
     )
+
+
+def _rereadable(body: object) -> bool:
+    """True for a bytes-like body (``array.array``, a NumPy array) that sends the same bytes
+    each time; a file-like one (``mmap`` included) is read from where it stands, once."""
+    if hasattr(body, "read"):
+        return False
+    try:
+        memoryview(body)  # type: ignore[arg-type]  # probing for the buffer protocol
+    except TypeError:
+        return False
+    return True

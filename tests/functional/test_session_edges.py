@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,20 @@ def mock() -> Iterator[responses.RequestsMock]:
 @pytest.fixture
 def session(clock: FakeClock) -> ResilientSession:
     return ResilientSession(FAST, clock=clock)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [memoryview(b"payload"), memoryview(bytearray(b"payload")), array.array("B", b"payload")],
+    ids=["memoryview", "memoryview-of-bytearray", "array"],
+)
+def test_bytes_like_bodies_are_replayed(mock, session, body):
+    """A memoryview (or another bytes-like body) is sent again whole on the retry."""
+    mock.put(URL, status=503)
+    mock.put(URL, status=200)
+    response = session.put(URL, data=body)
+    assert response.status_code == 200
+    assert [bytes(call.request.body) for call in mock.calls] == [b"payload", b"payload"]
 
 
 def test_explicit_deadline_replaces_configured_default(mock, clock):

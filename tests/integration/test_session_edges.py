@@ -43,3 +43,13 @@ def test_impatient_callers_do_not_open_the_breaker(upstream, make_session):
     assert (response.status_code, response.text) == (200, "ok")
     assert upstream.hits("/slow") == 7
     assert session.health()[upstream.base_url].tries == 7
+
+
+def test_memoryview_body_is_sent_again_on_the_retry(upstream, make_session):
+    """A PUT of a memoryview answered 503 then 200 reaches the upstream twice, whole."""
+    upstream.script("/put", Reply(503), Reply(200))
+
+    response = make_session().put(upstream.url("/put"), data=memoryview(b"payload"))
+
+    assert response.status_code == 200
+    assert [hit.body for hit in upstream.received("/put")] == [b"payload", b"payload"]
