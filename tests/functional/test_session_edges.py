@@ -6,10 +6,12 @@ import array
 from collections.abc import Iterator
 
 import pytest
+import requests
 import responses
 from responses.registries import OrderedRegistry
 
 from resilient_session import HostRegistry, ResilientAdapter, ResilientSession
+from resilient_session.body import DRAIN_LIMIT
 from resilient_session.testing import FakeClock
 
 URL = "http://svc.test/items"
@@ -47,6 +49,42 @@ def test_bytes_like_bodies_are_replayed(mock, session, body):
     response = session.put(URL, data=body)
     assert response.status_code == 200
     assert [bytes(call.request.body) for call in mock.calls] == [b"payload", b"payload"]
+
+
+def test_stream_retried_response_that_falls_back_keeps_the_first_bytes(mock, session):
+    """With stream=True a long 503 is read only to DRAIN_LIMIT before the retry; when the retry
+    cannot connect, the caller gets that 503 with its first DRAIN_LIMIT bytes as content."""
+    refused = requests.ConnectionError(
+        requests.urllib3.exceptions.MaxRetryError(  # type: ignore[attr-defined]
+            None,
+            "/",
+            requests.urllib3.exceptions.NewConnectionError(None, "refused"),  # type: ignore[attr-defined]
+        )
+    )
+    big = b"e" * (DRAIN_LIMIT * 16)
+    mock.get(URL, status=503, body=big)
+    for _ in range(3):  # every retry left, each refused
+        mock.get(URL, body=refused)
+    response = session.get(URL, stream=True)
+    assert response.status_code == 503
+    assert response.content == big[:DRAIN_LIMIT]
+    assert b"".join(response.iter_content(1024)) == big[:DRAIN_LIMIT]
+    assert len(mock.calls) == 4
+
+
+def test_stream_retried_short_body_is_kept_whole(mock, session):
+    """A 503 body within DRAIN_LIMIT is read whole, so a fallback to it reads normally."""
+    refused = requests.ConnectionError(
+        requests.urllib3.exceptions.MaxRetryError(  # type: ignore[attr-defined]
+            None,
+            "/",
+            requests.urllib3.exceptions.NewConnectionError(None, "refused"),  # type: ignore[attr-defined]
+        )
+    )
+    mock.get(URL, status=503, body=b"busy")
+    for _ in range(3):  # every retry left, each refused
+        mock.get(URL, body=refused)
+    assert session.get(URL, stream=True).content == b"busy"
 
 
 def test_explicit_deadline_replaces_configured_default(mock, clock):

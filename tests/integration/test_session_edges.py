@@ -3,11 +3,15 @@ bodies, impatient callers and bytes-like bodies."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import requests
+from requests.adapters import HTTPAdapter
 from structlog.testing import capture_logs
 
 from resilient_session import BreakerState, DeadlineExceeded
+from resilient_session.body import DRAIN_LIMIT
 from resilient_session.upstream import Reply, refused_url
 
 pytestmark = pytest.mark.integration
@@ -24,6 +28,37 @@ def test_post_through_a_refusing_proxy_is_retried_as_a_connect_failure(make_sess
 
     tries = [(e["decision"], e["reason"]) for e in logs if e["event"] == "http.try"]
     assert tries == [("retry", "transient"), ("retry", "transient"), ("give_up", "max_attempts")]
+
+
+def test_long_error_body_is_not_read_to_the_end_before_a_streamed_retry(
+    upstream, make_session, monkeypatch
+):
+    """stream=True, a 503 with an 8 MB body then 200: the call succeeds, at most DRAIN_LIMIT
+    bytes of the 503 are read, and its connection is dropped rather than pooled."""
+    big = b"e" * (8 * 1024 * 1024)
+    upstream.script("/big", Reply(503, body=big), Reply(200, body=b"fine"))
+    tries: list[requests.Response] = []
+    send = HTTPAdapter.send
+
+    def recording_send(self, request, *args, **kwargs):
+        response = send(self, request, *args, **kwargs)
+        tries.append(response)
+        return response
+
+    monkeypatch.setattr(HTTPAdapter, "send", recording_send)
+    session = make_session()
+
+    started = time.monotonic()
+    response = session.get(upstream.url("/big"), stream=True)
+
+    assert (response.status_code, response.content) == (200, b"fine")
+    assert time.monotonic() - started < 5.0
+    drained = tries[0]
+    assert drained.status_code == 503
+    assert drained.raw.tell() <= DRAIN_LIMIT + 1  # bytes taken off the wire
+    assert len(drained.content) == DRAIN_LIMIT
+    assert upstream.hits("/big") == 2
+    assert upstream.connections == 2  # the 503's connection was closed, not reused
 
 
 def test_impatient_callers_do_not_open_the_breaker(upstream, make_session):
