@@ -26,6 +26,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
 
+# Where a response keeps the cookies set by the retried responses before it, for the session's
+# jar (ResilientSession.send); absent when there were none.
+RETRIED_COOKIES = "_resilient_retried_cookies"
 
 _new_tuple = tuple.__new__
 
@@ -104,6 +107,8 @@ class ResilientAdapter(HTTPAdapter):
             )
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
+        if attempt.cookies is not None:
+            response.__dict__[RETRIED_COOKIES] = attempt.cookies
         if not call.stream:
             try:
                 if call.deadline_at is None:

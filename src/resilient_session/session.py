@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import requests
-from requests import Response
+from requests import PreparedRequest, Response
 
-from .adapter import ResilientAdapter
+from .adapter import RETRIED_COOKIES, ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import enter as enter_scope
@@ -143,6 +143,20 @@ class ResilientSession(TypedVerbs):
             )  # fmt: skip
         finally:
             leave_scope(token)
+
+    def send(self, request: PreparedRequest, **kwargs: Any) -> Response:
+        """As ``requests.Session.send``; cookies set by retried responses reach the jar too.
+
+        requests keeps the cookies of the final response (and of redirect hops); a response
+        that was retried is neither, so its cookies are added here, under the final one's.
+        """
+        response = super().send(request, **kwargs)
+        earlier = response.__dict__.get(RETRIED_COOKIES)
+        if earlier is not None:
+            self.cookies.update(earlier)
+            # The final response's own cookies, set again so that they win.
+            self.cookies.update(response.cookies)
+        return response
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""

@@ -87,6 +87,30 @@ def test_stream_retried_short_body_is_kept_whole(mock, session):
     assert session.get(URL, stream=True).content == b"busy"
 
 
+def test_retried_responses_cookies_are_sent_and_kept(mock, session):
+    """A Set-Cookie on a retried 503 goes out on the retry and lands in the session's jar;
+    the caller's prepared request and per-call cookies are left alone."""
+    mock.get(URL, status=503, headers={"Set-Cookie": "lb=node7; Path=/"})
+    mock.get(URL, status=503, headers={"Set-Cookie": "zone=b; Path=/"})
+    mock.get(URL, status=200, headers={"Set-Cookie": "lb=node9; Path=/"})
+    response = session.get(URL, cookies={"mine": "1"})
+    assert response.status_code == 200
+    sent = [call.request.headers.get("Cookie") for call in mock.calls]
+    assert sent == ["mine=1", "mine=1; lb=node7", "mine=1; lb=node7; zone=b"]
+    assert session.cookies.get_dict() == {"lb": "node9", "zone": "b"}
+
+
+def test_caller_prepared_request_keeps_its_cookie_header(mock, session):
+    """session.send(prepared) carries the retried cookies on a copy, never on *prepared*."""
+    mock.get(URL, status=503, headers={"Set-Cookie": "lb=node7; Path=/"})
+    mock.get(URL, status=200)
+    prepared = session.prepare_request(requests.Request("GET", URL, cookies={"mine": "1"}))
+    session.send(prepared)
+    assert prepared.headers["Cookie"] == "mine=1"
+    assert [call.request.headers["Cookie"] for call in mock.calls] == ["mine=1", "mine=1; lb=node7"]
+    assert session.cookies.get_dict() == {"lb": "node7"}
+
+
 def test_explicit_deadline_replaces_configured_default(mock, clock):
     """deadline=10 with deadline.default 2 gives the call 10 s, not 2."""
     session = ResilientSession({"defaults": {"deadline": {"default": 2.0}}}, clock=clock)

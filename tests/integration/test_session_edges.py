@@ -17,6 +17,19 @@ from resilient_session.upstream import Reply, refused_url
 pytestmark = pytest.mark.integration
 
 
+def test_cookie_set_on_a_retried_response_is_sent_and_kept(upstream, make_session):
+    """A 503 with Set-Cookie: lb=node7 then 200: the retry carries Cookie: lb=node7 and the
+    session's jar has it afterwards."""
+    upstream.script("/lb", Reply(503, headers={"Set-Cookie": "lb=node7; Path=/"}), Reply(200))
+    session = make_session()
+
+    response = session.get(upstream.url("/lb"))
+
+    assert response.status_code == 200
+    assert [hit.header("Cookie") for hit in upstream.received("/lb")] == [None, "lb=node7"]
+    assert session.cookies["lb"] == "node7"
+
+
 def test_post_through_a_refusing_proxy_is_retried_as_a_connect_failure(make_session):
     """A proxy that refuses the connection never saw the POST: every try is made, the call
     ends on max_attempts (not not_idempotent) and raises requests' ProxyError."""
