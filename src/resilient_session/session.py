@@ -162,6 +162,16 @@ class ResilientSession(TypedVerbs):
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
         return self.registry.health()
 
+    def __copy__(self) -> ResilientSession:
+        """A shallow copy, as ``copy.copy`` makes of a ``requests.Session``: a second handle
+        on the same headers, cookies and adapters, and so on the same per-host state.
+
+        ``copy.deepcopy`` (or pickling) gives an independent session with fresh state instead.
+        """
+        clone = self.__class__.__new__(self.__class__)
+        clone.__dict__.update(self.__dict__)
+        return clone
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         # One fresh registry for the adapters this session mounted, as at construction.

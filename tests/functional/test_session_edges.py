@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import array
+import copy
+import pickle
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +37,48 @@ def mock() -> Iterator[responses.RequestsMock]:
 @pytest.fixture
 def session(clock: FakeClock) -> ResilientSession:
     return ResilientSession(FAST, clock=clock)
+
+
+def test_copy_is_a_second_handle_that_leaves_the_original_working(mock, session):
+    """copy.copy(session) shares headers, cookies, adapters and per-host state, as a copy of
+    a requests.Session shares them: calls through either show in health() of both, and the
+    original's adapters still report to the original's registry."""
+    mock.get(URL, status=503)
+    mock.get(URL, status=200)
+    session.get(URL)
+    clone = copy.copy(session)
+    for _ in range(2):
+        mock.get(URL, status=200)
+    assert session.get(URL).status_code == 200
+    assert clone.get(URL).status_code == 200
+    for handle in (session, clone):
+        health = handle.health()[HOST]
+        assert (health.calls, health.tries, health.retries) == (3, 4, 1)
+        assert registry_of(handle) is session.registry
+    assert clone.registry is session.registry
+    assert (clone.headers, clone.cookies, clone.adapters) == (
+        session.headers,
+        session.cookies,
+        session.adapters,
+    )
+    assert clone.config is session.config
+
+
+def test_deepcopy_and_pickle_give_an_independent_session(mock):
+    """copy.deepcopy, like pickling, gives a session with the same config and fresh per-host
+    state; the original keeps its own."""
+    session = ResilientSession(FAST)  # the system clock: a FakeClock holds a lock
+    mock.get(URL, status=200)
+    session.get(URL)
+    for clone in (copy.deepcopy(session), pickle.loads(pickle.dumps(session))):  # noqa: S301
+        assert clone.registry is not session.registry
+        assert registry_of(clone) is clone.registry
+        assert clone.config == session.config
+        assert clone.health() == {}
+    assert registry_of(session) is session.registry
+    mock.get(URL, status=200)
+    session.get(URL)
+    assert session.health()[HOST].calls == 2
 
 
 @pytest.mark.parametrize(
