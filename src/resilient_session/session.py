@@ -128,7 +128,7 @@ class ResilientSession(TypedVerbs):
         Raises:
             TypeError: *deadline* is not a number (``True`` is not) and not None.
             ValueError: *deadline* is zero, negative, NaN, infinite or above
-                ``MAX_DEADLINE``.
+                ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
         """
         if isinstance(deadline, _Unset):
             return super().request(
