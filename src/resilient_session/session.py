@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import requests
-from requests import PreparedRequest, Response
+from requests import Response
+from requests.adapters import BaseAdapter
 
-from .adapter import RETRIED_COOKIES, ResilientAdapter
+from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import enter as enter_scope
@@ -144,19 +145,12 @@ class ResilientSession(TypedVerbs):
         finally:
             leave_scope(token)
 
-    def send(self, request: PreparedRequest, **kwargs: Any) -> Response:
-        """As ``requests.Session.send``; cookies set by retried responses reach the jar too.
-
-        requests keeps the cookies of the final response (and of redirect hops); a response
-        that was retried is neither, so its cookies are added here, under the final one's.
-        """
-        response = super().send(request, **kwargs)
-        earlier = response.__dict__.get(RETRIED_COOKIES)
-        if earlier is not None:
-            self.cookies.update(earlier)
-            # The final response's own cookies, set again so that they win.
-            self.cookies.update(response.cookies)
-        return response
+    def mount(self, prefix: str | bytes, adapter: BaseAdapter) -> None:
+        """As ``requests.Session.mount``; a ResilientAdapter also saves the cookies of retried
+        responses in this session's jar."""
+        super().mount(prefix, adapter)
+        if isinstance(adapter, ResilientAdapter):
+            adapter.serve(self)
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
@@ -177,5 +171,7 @@ class ResilientSession(TypedVerbs):
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         for adapter in self.adapters.values():
-            if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
-                adapter.attach(self.registry)
+            if isinstance(adapter, ResilientAdapter):
+                adapter.serve(self)
+                if adapter.registry.config == self.config:
+                    adapter.attach(self.registry)

@@ -165,3 +165,18 @@ def test_explicit_deadline_replaces_configured_default(mock, clock):
     session.get(URL, deadline=0.5)
     sent = [call.request.headers["X-Request-Timeout-Ms"] for call in mock.calls]
     assert sent == ["10000", "2000", "500"]
+
+
+def test_retried_cookies_reach_whichever_jar_the_session_holds(mock):
+    """The cookies of retried responses land in session.cookies even after the jar is
+    replaced, and in an unpickled session's own jar."""
+    original = ResilientSession(FAST)  # the system clock: a FakeClock cannot be pickled
+    original.cookies = requests.cookies.RequestsCookieJar()
+    clone = pickle.loads(pickle.dumps(original))  # noqa: S301 - our own bytes
+    for session in (original, clone):
+        mock.get(URL, status=503, headers={"Set-Cookie": "lb=node7; Path=/"})
+        mock.get(URL, status=200)
+        session.get(URL, deadline=5.0)
+    assert original.cookies.get_dict() == {"lb": "node7"}
+    assert clone.cookies.get_dict() == {"lb": "node7"}
+    assert clone.cookies is not original.cookies
