@@ -436,7 +436,9 @@ def test_subprocess_deadline_cuts_a_hang(upstream):
     assert [(e["error"], e["decision"], e["reason"]) for e in events] == [
         ("DeadlineExceeded", "give_up", "deadline")
     ]
-    assert 0.3 <= events[0]["total"] < 1.0
+    # deadline= starts its clock before requests prepares the request, the event's total
+    # after: the try ends a few microseconds short of 0.3 s of total when the timer is punctual.
+    assert 0.29 <= events[0]["total"] < 1.0
     assert len(others) == 1
     assert others[0].startswith(f"resilient-session: GET {upstream.url('/slow')}: DeadlineExceeded")
 
