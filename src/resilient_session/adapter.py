@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+from requests.cookies import RequestsCookieJar
 
 from .attempt import UNDECIDED, Attempt, Call, Outcome
 from .body import read_body
@@ -24,7 +26,7 @@ from .stages import standard_chain
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-_REPLAYABLE_BODIES = (str, bytes, bytearray)
+_REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
 
 _new_tuple = tuple.__new__
 
@@ -54,6 +56,7 @@ class ResilientAdapter(HTTPAdapter):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._session: weakref.ref[requests.Session] | None = None
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
         self.attach(registry if registry is not None else self._fresh_registry(load(config)))
@@ -69,6 +72,21 @@ class ResilientAdapter(HTTPAdapter):
         self._chain: Next = standard_chain(
             self._transport, clock=self._clock, rng=self._rng, redact=redact
         )
+
+    def serve(self, session: requests.Session) -> None:
+        """Save cookies set by retried responses in *session*'s jar from now on.
+
+        requests saves the final response's cookies (and each redirect hop's); a response that
+        was retried is neither. ResilientSession calls this when it mounts the adapter.
+        """
+        self._session = weakref.ref(session)
+
+    def _keep_cookies(self, cookies: RequestsCookieJar) -> None:
+        # Called by the try that carries them, so before requests saves the final response's
+        # own cookies, which therefore win.
+        session = self._session() if self._session is not None else None
+        if session is not None:
+            session.cookies.update(cookies)
 
     def _fresh_registry(self, config: Config) -> HostRegistry:
         return HostRegistry(config, clock=self._clock, rng=self._rng)
@@ -103,6 +121,8 @@ class ResilientAdapter(HTTPAdapter):
             )
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
+        if attempt.cookies is not None:
+            self._keep_cookies(attempt.cookies)
         if not call.stream:
             try:
                 if call.deadline_at is None:
@@ -123,6 +143,7 @@ class ResilientAdapter(HTTPAdapter):
         # Config survives pickling; breakers and budgets start afresh (requests' __attrs__ rule).
         config, self._clock, self._rng = state.pop("_resilience")
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
+        self._session = None  # the session that unpickles this mounts it again
         self.attach(self._fresh_registry(config))
 
 
@@ -164,6 +185,20 @@ def start_call(
             deadline_at,
             now,
             method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers,
-            request.body is None or isinstance(request.body, _REPLAYABLE_BODIES),
+            request.body is None
+            or isinstance(request.body, _REPLAYABLE_BODIES)
+            or _rereadable(request.body),
         ),
     )
+
+
+def _rereadable(body: object) -> bool:
+    """True for a bytes-like body (``array.array``, a NumPy array) that sends the same bytes
+    each time; a file-like one (``mmap`` included) is read from where it stands, once."""
+    if hasattr(body, "read"):
+        return False
+    try:
+        memoryview(body)  # type: ignore[arg-type]  # probing for the buffer protocol
+    except TypeError:
+        return False
+    return True

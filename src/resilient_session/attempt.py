@@ -11,6 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import requests
+from requests.cookies import RequestsCookieJar
 
 from .errors import is_connect_failure
 
@@ -127,16 +128,44 @@ class Attempt(NamedTuple):
     request: requests.PreparedRequest
     timeout: Any
     last_real: Outcome | None = None
+    # Cookies set by the responses of earlier tries, which were retried: this try's request
+    # carries them, as requests carries cookies across redirect hops.
+    cookies: RequestsCookieJar | None = None
 
     @classmethod
     def first(cls, call: Call) -> Attempt:
-        return _new_tuple(cls, (call, 1, call.request, call.timeout, None))
+        return _new_tuple(cls, (call, 1, call.request, call.timeout, None, None))
 
     def next(self, outcome: Outcome) -> Attempt:
-        """The attempt after *outcome*, remembering the last try that reached the upstream."""
+        """The attempt after *outcome*, remembering the last try that reached the upstream
+        and any cookies its response set."""
         reached = outcome.refused is None and not is_connect_failure(outcome.error)
         last_real = outcome if reached else self.last_real
-        return Attempt(self.call, self.number + 1, self.call.request, self.call.timeout, last_real)
+        request, cookies = self.request, self.cookies
+        response = outcome.response
+        if response is not None and len(response.cookies):
+            cookies = RequestsCookieJar()
+            if self.cookies is not None:
+                cookies.update(self.cookies)
+            cookies.update(response.cookies)
+            request = _with_cookies(self.call.request, cookies)
+        return Attempt(self.call, self.number + 1, request, self.call.timeout, last_real, cookies)
 
     def sending(self, request: requests.PreparedRequest, timeout: Any) -> Attempt:
-        return Attempt(self.call, self.number, request, timeout, self.last_real)
+        return Attempt(self.call, self.number, request, timeout, self.last_real, self.cookies)
+
+
+def _with_cookies(
+    request: requests.PreparedRequest, cookies: RequestsCookieJar
+) -> requests.PreparedRequest:
+    """A copy of *request* that also sends *cookies*; the caller's request is left as it was.
+
+    The same steps as requests' ``resolve_redirects``: the Cookie header is rebuilt from the
+    request's jar once the new cookies are in it.
+    """
+    retry = request.copy()  # copies the jar too
+    jar = retry._cookies if retry._cookies is not None else RequestsCookieJar()  # type: ignore[attr-defined]  # private in the stubs
+    jar.update(cookies)
+    retry.headers.pop("Cookie", None)
+    retry.prepare_cookies(jar)
+    return retry

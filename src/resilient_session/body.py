@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import requests
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
@@ -14,6 +14,11 @@ from .redact import redact_url
 
 _CHUNK = 64 * 1024
 
+# How much of a retried response's body is read before its connection is dropped instead
+# (docs/architecture.md): error bodies are small, and past this reading costs more than a
+# new connection.
+DRAIN_LIMIT: Final = 64 * 1024
+
 
 def read_body(response: requests.Response, deadline_at: float | None, clock: Clock) -> None:
     """Read the whole body into ``response.content``; errors are requests' own types.
@@ -21,20 +26,34 @@ def read_body(response: requests.Response, deadline_at: float | None, clock: Clo
     With a deadline the body is read one socket read at a time, each bounded by what is left,
     so a body that drips in slowly is cut at the deadline instead of running past it.
     """
-    raw = response.raw
-    if deadline_at is None or not hasattr(raw, "read1"):
+    if deadline_at is None or not hasattr(response.raw, "read1"):
         _ = response.content
         return
+    _keep(response, _read(response, deadline_at, clock, None)[0])
+
+
+def _read(
+    response: requests.Response, deadline_at: float | None, clock: Clock, limit: int | None
+) -> tuple[list[bytes], bool]:
+    """The body's chunks, read one socket read at a time, and whether the body ended.
+
+    With a *limit*, reading stops once more than *limit* bytes have come: the chunks then hold
+    at most *limit* + 1 bytes, and the body did not end.
+    """
+    raw = response.raw
     chunks: list[bytes] = []
+    size = 0
     while True:
-        remaining = deadline_at - clock.monotonic()
-        if remaining <= 0:
-            raise _exceeded(response)
-        _bound_socket(raw, remaining)
+        if deadline_at is not None:
+            remaining = deadline_at - clock.monotonic()
+            if remaining <= 0:
+                raise _exceeded(response)
+            _bound_socket(raw, remaining)
+        want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - size)
         try:
-            chunk = raw.read1(_CHUNK, decode_content=True)
+            chunk = raw.read1(want, decode_content=True)
         except ReadTimeoutError as exc:
-            if deadline_at - clock.monotonic() <= 0:
+            if deadline_at is not None and deadline_at - clock.monotonic() <= 0:
                 raise _exceeded(response) from exc
             raise requests.ConnectionError(exc, response=response) from exc
         # The same translation requests applies in Response.iter_content.
@@ -45,8 +64,14 @@ def read_body(response: requests.Response, deadline_at: float | None, clock: Clo
         except Urllib3SSLError as exc:
             raise requests.exceptions.SSLError(exc) from exc
         if not chunk:
-            break
+            return chunks, True
         chunks.append(chunk)
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return chunks, False
+
+
+def _keep(response: requests.Response, chunks: list[bytes]) -> None:
     # What requests' own Response.content leaves behind after reading.
     response._content = b"".join(chunks)
     response._content_consumed = True  # type: ignore[attr-defined]  # private in the stubs
@@ -71,15 +96,25 @@ def _exceeded(response: requests.Response) -> DeadlineExceeded:
 
 
 def drain(response: requests.Response, deadline_at: float | None, clock: Clock) -> None:
-    """Read what is left of a response that will be retried, then close it.
+    """Read at most ``DRAIN_LIMIT`` bytes of a response that will be retried, then close it.
 
-    Reading to the end returns the connection to the pool, and keeps the body, as requests
-    does when it follows a redirect, so the response still reads normally if it later becomes
-    the call's result. Raises DeadlineExceeded when the body outlasts the deadline.
+    A body that ends within the bound is kept, as requests keeps it when it follows a
+    redirect, and the connection goes back to the pool. A longer body is cut: its first
+    ``DRAIN_LIMIT`` bytes are kept and the connection is closed rather than read to the end.
+    Either way the response still reads normally (``content``, ``iter_content``) if it later
+    becomes the call's result. Raises DeadlineExceeded when the body outlasts the deadline.
     """
     try:
         if not getattr(response, "_content_consumed", True):
-            read_body(response, deadline_at, clock)
+            if not hasattr(response.raw, "read1"):
+                _ = response.content  # not urllib3's: no bounded read to be had
+            else:
+                chunks, ended = _read(response, deadline_at, clock, DRAIN_LIMIT)
+                if not ended:
+                    # The rest stays unread, so the connection cannot be reused: drop it.
+                    response.raw.close()
+                    chunks = [b"".join(chunks)[:DRAIN_LIMIT]]
+                _keep(response, chunks)
     except DeadlineExceeded:
         raise
     except requests.RequestException:

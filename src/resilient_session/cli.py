@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .redact import SENSITIVE_PARAMS, redact_text, sensitive_names
 from .render import log_json_lines
 from .report import demo_text, stats_text
-from .session import UNSET, ResilientSession
+from .session import ResilientSession
 from .stats import StatsAggregator
 from .terminal import printable
 
@@ -188,8 +188,12 @@ def _run_get(args: argparse.Namespace) -> int:
         try:
             # Absent --deadline must leave the configured default deadline in force; passing
             # deadline=None would switch it off.
-            deadline = UNSET if args.deadline is None else args.deadline
-            response = session.request(method, url, headers=headers, data=data, deadline=deadline)
+            if args.deadline is None:
+                response = session.request(method, url, headers=headers, data=data)
+            else:
+                response = session.request(
+                    method, url, headers=headers, data=data, deadline=args.deadline
+                )
         except requests.RequestException as exc:
             error = _error_text(exc, names)
             return _fail(f"{shown}: {type(exc).__name__}: {error}{_tries(session)}")

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import contextvars
+import numbers
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Final
 
 from .clock import SYSTEM_CLOCK, Clock
+
+# The longest deadline accepted: about 31 years. Each try's timeouts are clamped to what is
+# left, and sockets and locks take at most about 9.2e9 s (64-bit nanoseconds); a longer
+# "deadline" would fail deep inside a try instead of here, where the caller wrote it.
+MAX_DEADLINE: Final = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,31 +35,90 @@ _SCOPE: contextvars.ContextVar[DeadlineScope | None] = contextvars.ContextVar(
 current_scope: Callable[[], DeadlineScope | None] = _SCOPE.get
 
 
+def checked(seconds: object) -> float | None:
+    """*seconds* as a float, or None; raises for anything a deadline cannot be.
+
+    Raises:
+        TypeError: not a number (``bool`` is not a number here) and not None.
+        ValueError: zero, negative, NaN, infinite, or above ``MAX_DEADLINE``.
+    """
+    kind = type(seconds)
+    if kind is not float and kind is not int:  # the common cases skip the ABC check
+        if seconds is None:
+            return None
+        # numbers.Number takes Decimal and Fraction too; complex fails float() below.
+        if kind is bool or not isinstance(seconds, numbers.Number):
+            raise _not_a_number(seconds)
+    try:
+        value = float(seconds)  # type: ignore[arg-type]  # a number, checked above
+    except OverflowError:  # an int past float's range
+        value = float("inf")
+    except TypeError:
+        raise _not_a_number(seconds) from None
+    # Written so that NaN fails it too: every comparison with NaN is False.
+    if not 0 < value <= MAX_DEADLINE:
+        raise ValueError(
+            f"deadline must be a positive number of seconds up to {MAX_DEADLINE:g}, got {seconds!r}"
+        )
+    return value
+
+
+def _not_a_number(seconds: object) -> TypeError:
+    return TypeError(
+        f"deadline must be a number of seconds or None, got {seconds!r} ({type(seconds).__name__})"
+    )
+
+
+def narrowed(seconds: float | None, clock: Clock, *, explicit: bool) -> DeadlineScope:
+    """The scope for a new deadline of *seconds* inside the one in force.
+
+    An enclosing scope always caps the new one. *explicit* is a call's own ``deadline=``, which
+    replaces the configured default; a ``with deadline()`` block keeps it, unless given None.
+    """
+    outer = _SCOPE.get()
+    outer_at = outer.at if outer is not None else None
+    value = checked(seconds)
+    if value is None:
+        return DeadlineScope(outer_at, use_default=False)
+    at = clock.monotonic() + value
+    if outer_at is not None and outer_at < at:
+        at = outer_at
+    use_default = not explicit and (outer.use_default if outer is not None else True)
+    return DeadlineScope(at, use_default=use_default)
+
+
+def enter(scope: DeadlineScope) -> contextvars.Token[DeadlineScope | None]:
+    """Put *scope* in force until ``leave(token)``; cheaper per call than a context manager."""
+    return _SCOPE.set(scope)
+
+
+leave: Callable[[contextvars.Token[DeadlineScope | None]], None] = _SCOPE.reset
+
+
 @contextmanager
 def deadline(seconds: float | None, *, clock: Clock = SYSTEM_CLOCK) -> Iterator[None]:
     """Bound every call made inside the block to *seconds* from now.
 
-    Nested blocks keep the earliest deadline. ``None`` adds no deadline of its own and
-    switches off the configured default deadline for calls inside the block. The deadline
-    lives in a contextvar: code run in a new thread or a thread pool does not inherit it
-    unless the context is copied (``contextvars.copy_context().run``).
+    Nested blocks keep the earliest deadline, and so does a call's own ``deadline=`` inside the
+    block. ``None`` adds no deadline of its own and switches off the configured default
+    deadline for calls inside the block. The deadline lives in a contextvar: code run in a new
+    thread or a thread pool does not inherit it unless the context is copied
+    (``contextvars.copy_context().run``).
+
+    Args:
+        seconds: a positive, finite number of seconds (at most ``MAX_DEADLINE``), or None.
+        clock: the source of time.
+
+    Raises:
+        TypeError: *seconds* is not a number (``True`` is not) and not None.
+        ValueError: *seconds* is zero, negative, NaN, infinite or too large.
 
     Example::
 
         with deadline(2.0):
             session.get(url)          # every try, wait and redirect shares the same 2 s
     """
-    outer = _SCOPE.get()
-    if seconds is None:
-        scope = DeadlineScope(outer.at if outer else None, use_default=False)
-    else:
-        if seconds != seconds or seconds <= 0:
-            raise ValueError(f"deadline must be a positive number of seconds, got {seconds!r}")
-        at = clock.monotonic() + seconds
-        if outer is not None and outer.at is not None:
-            at = min(at, outer.at)
-        scope = DeadlineScope(at, use_default=outer.use_default if outer else True)
-    token = _SCOPE.set(scope)
+    token = _SCOPE.set(narrowed(seconds, clock, explicit=False))
     try:
         yield
     finally:

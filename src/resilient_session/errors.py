@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
+from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 
 class DeadlineExceeded(requests.exceptions.Timeout):
@@ -30,6 +31,8 @@ def is_connect_failure(error: BaseException | None) -> bool:
 
     Such a failure is safe to retry for every method. Anything after the request may have
     been written (a reset, a read timeout, a dropped keep-alive connection) is a read failure.
+    A proxy that refused the connection counts too: the request never reached it; a proxy
+    that answered (407 included) does not.
     """
     if isinstance(error, requests.exceptions.ConnectTimeout):
         return True
@@ -38,4 +41,6 @@ def is_connect_failure(error: BaseException | None) -> bool:
     cause = error.args[0]
     if isinstance(cause, MaxRetryError):
         cause = cause.reason
+    if isinstance(cause, Urllib3ProxyError):
+        cause = cause.original_error
     return isinstance(cause, NewConnectionError)

@@ -5,16 +5,36 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final
 
 import requests
 from requests import Response
+from requests.adapters import BaseAdapter
 
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
-from .deadline import deadline as deadline_scope
+from .deadline import enter as enter_scope
+from .deadline import leave as leave_scope
+from .deadline import narrowed
 from .hosts import HostHealth, HostRegistry
+from .verbs import TypedVerbs
+
+if TYPE_CHECKING:
+    from requests.cookies import RequestsCookieJar
+    from requests.models import _JSON
+    from requests.sessions import (
+        _Auth,
+        _Cert,
+        _Data,
+        _Files,
+        _HeadersUpdateMapping,
+        _HooksInput,
+        _Params,
+        _TextMapping,
+        _Timeout,
+        _Verify,
+    )
 
 
 class _Unset:
@@ -26,10 +46,8 @@ class _Unset:
 
 UNSET: Final = _Unset()
 
-Deadline: TypeAlias = float | _Unset | None
 
-
-class ResilientSession(requests.Session):
+class ResilientSession(TypedVerbs):
     """A drop-in ``requests.Session``: write it where ``requests.Session()`` was.
 
     Every call is retried only when that is safe, waits with full-jitter backoff or the
@@ -79,83 +97,81 @@ class ResilientSession(requests.Session):
 
     # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
     # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
-    # equal to requests.Session.request's.
+    # equal to requests.Session.request's, and the types are those of requests' own stubs.
     def request(
         self,
         method: str | bytes,
         url: str | bytes,
-        params: Any = None,
-        data: Any = None,
-        headers: Any = None,
-        cookies: Any = None,
-        files: Any = None,
-        auth: Any = None,
-        timeout: Any = None,
+        params: _Params | None = None,
+        data: _Data | None = None,
+        headers: _HeadersUpdateMapping | None = None,
+        cookies: RequestsCookieJar | _TextMapping | None = None,
+        files: _Files | None = None,
+        auth: _Auth | None = None,
+        timeout: _Timeout | None = None,
         allow_redirects: bool = True,
-        proxies: Any = None,
-        hooks: Any = None,
+        proxies: _TextMapping | None = None,
+        hooks: _HooksInput | None = None,
         stream: bool | None = None,
-        verify: Any = None,
-        cert: Any = None,
-        json: Any = None,
-        deadline: Deadline = UNSET,
+        verify: _Verify | None = None,
+        cert: _Cert | None = None,
+        json: _JSON | None = None,
+        # Callers see float | None: UNSET is how "not given" is told apart from None, never a
+        # value to pass. Annotations cost nothing at run time, so the call stays as fast.
+        deadline: float | None = UNSET,  # type: ignore[assignment]
     ) -> Response:
         """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
 
-        The deadline spans every try, wait and redirect hop; the earliest of it, any
-        enclosing ``with deadline()`` and the configured default wins. ``deadline=None``
-        switches the configured default off for this call.
+        The deadline spans every try, wait and redirect hop. It replaces the host's configured
+        ``deadline.default`` for this call; an enclosing ``with deadline()`` still caps it.
+        ``deadline=None`` switches the configured default off for this call.
+
+        Raises:
+            TypeError: *deadline* is not a number (``True`` is not) and not None.
+            ValueError: *deadline* is zero, negative, NaN, infinite or above
+                ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
         """
         if isinstance(deadline, _Unset):
             return super().request(
                 method, url, params, data, headers, cookies, files, auth, timeout,
                 allow_redirects, proxies, hooks, stream, verify, cert, json,
             )  # fmt: skip
-        with deadline_scope(deadline, clock=self._clock):
+        token = enter_scope(narrowed(deadline, self._clock, explicit=True))
+        try:
             return super().request(
                 method, url, params, data, headers, cookies, files, auth, timeout,
                 allow_redirects, proxies, hooks, stream, verify, cert, json,
             )  # fmt: skip
+        finally:
+            leave_scope(token)
 
-    if TYPE_CHECKING:
-        # Type checkers see ``deadline=`` on every verb. At run time requests' own verbs pass
-        # it on to request() with the other keywords, a frame fewer on every call.
-        def get(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def options(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def head(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def post(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def put(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def patch(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
-
-        def delete(
-            self, url: str | bytes, *args: Any, deadline: Deadline = UNSET, **kwargs: Any
-        ) -> Response: ...
+    def mount(self, prefix: str | bytes, adapter: BaseAdapter) -> None:
+        """As ``requests.Session.mount``; a ResilientAdapter also saves the cookies of retried
+        responses in this session's jar."""
+        super().mount(prefix, adapter)
+        if isinstance(adapter, ResilientAdapter):
+            adapter.serve(self)
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
         return self.registry.health()
+
+    def __copy__(self) -> ResilientSession:
+        """A shallow copy, as ``copy.copy`` makes of a ``requests.Session``: a second handle
+        on the same headers, cookies and adapters, and so on the same per-host state.
+
+        ``copy.deepcopy`` (or pickling) gives an independent session with fresh state instead.
+        """
+        clone = self.__class__.__new__(self.__class__)
+        clone.__dict__.update(self.__dict__)
+        return clone
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         for adapter in self.adapters.values():
-            if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
-                adapter.attach(self.registry)
+            if isinstance(adapter, ResilientAdapter):
+                adapter.serve(self)
+                if adapter.registry.config == self.config:
+                    adapter.attach(self.registry)

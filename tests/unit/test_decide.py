@@ -9,10 +9,12 @@ from email.utils import formatdate
 import pytest
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
+from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 from resilient_session import CircuitOpenError, DeadlineExceeded
 from resilient_session.attempt import Reason, Verdict
-from resilient_session.breaker import TryResult
+from resilient_session.breaker import BreakerState, TryResult
+from resilient_session.errors import is_connect_failure
 from resilient_session.pipeline import drive
 from resilient_session.stages import standard_chain
 from resilient_session.testing import FakeClock, ScriptedTransport
@@ -436,3 +438,56 @@ def test_refused_from_the_first_try_raises_connection_error(harness):
     assert transport.calls == 4
     with pytest.raises(requests.ConnectionError):
         outcome.unwrap()
+
+
+def proxy_error(reason: Exception) -> requests.exceptions.ProxyError:
+    """A ProxyError shaped as requests raises it when the proxy fails: urllib3's ProxyError,
+    carrying what went wrong, inside MaxRetryError."""
+    cause = Urllib3ProxyError("Unable to connect to proxy", reason)
+    return requests.exceptions.ProxyError(MaxRetryError(None, "/", cause))  # type: ignore[arg-type]
+
+
+def test_post_through_a_refusing_proxy_is_retried(harness):
+    """A proxy that refused the connection never saw the POST: a connect failure, retried."""
+    refusal = NewConnectionError(None, "Connection refused")  # type: ignore[arg-type]
+    outcome, transport = harness(FAST).run(proxy_error(refusal), 201, method="POST")
+    assert (outcome.status, transport.calls) == (201, 2)
+    assert is_connect_failure(proxy_error(refusal))
+
+
+def test_proxy_that_wants_credentials_is_never_retried(harness):
+    """A proxy that answered 407 stays a never-retried error, for a GET as for a POST."""
+    wants = OSError("Tunnel connection failed: 407 Proxy Authentication Required")
+    for method in ("GET", "POST"):
+        outcome, transport = harness(FAST).run(proxy_error(wants), 200, method=method)
+        assert (transport.calls, outcome.decision.reason) == (1, Reason.NOT_RETRYABLE)
+    assert not is_connect_failure(proxy_error(wants))
+
+
+def test_tries_cut_by_the_callers_deadline_leave_the_breaker_closed(harness, clock):
+    """Twenty tries cut short because the caller's deadline clamped the host's own timeouts
+    (ten read timeouts, ten bodies cut at the deadline) are neutral: the breaker stays closed,
+    and a call without a deadline then goes through on its first try."""
+    h = harness({"defaults": {"breaker": {"failure_threshold": 5}}})
+    body_cut = DeadlineExceeded("deadline ran out while reading the body of 200")
+    for step in [requests.ReadTimeout("slow")] * 10 + [body_cut] * 10:
+        outcome, transport = h.run(step, latency=0.1, deadline=0.1)
+        assert (transport.calls, outcome.decision.reason) == (1, Reason.DEADLINE)
+        assert isinstance(outcome.error, DeadlineExceeded)
+    assert h.host().breaker.state is BreakerState.CLOSED
+    outcome, transport = h.run(200)
+    assert (outcome.status, transport.calls) == (200, 1)
+
+
+def test_tries_that_run_into_the_hosts_own_timeout_open_the_breaker(harness, clock):
+    """Five read timeouts that are the host's own (1 s, well inside a 60 s deadline) are
+    failures: the fifth opens the breaker and the next call is refused."""
+    config = {"defaults": {"breaker": {"failure_threshold": 5}, "retry": {"max_attempts": 1}}}
+    h = harness(config)
+    for _ in range(5):
+        assert h.host().breaker.state is BreakerState.CLOSED
+        outcome, _ = h.run(requests.ReadTimeout("slow"), timeout=(1.0, 1.0), deadline=60.0)
+        assert type(outcome.error) is requests.ReadTimeout
+    assert h.host().breaker.state is BreakerState.OPEN
+    outcome, transport = h.run(200)
+    assert (transport.calls, outcome.decision.reason) == (0, Reason.BREAKER_OPEN)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.breaker import BreakerState, TryResult
 from resilient_session.classify import is_transient_error
-from resilient_session.errors import CircuitOpenError
+from resilient_session.errors import CircuitOpenError, DeadlineExceeded
 from resilient_session.events import emit_transition
 from resilient_session.pipeline import Next
 
@@ -44,11 +44,16 @@ def try_result(outcome: Outcome) -> TryResult:
 
     Failures are transport errors, timeouts and 5xx. Any other answer proves the host alive,
     429 included: a throttling host said when to come back. A try refused locally, or failed
-    for a reason of ours (TLS, a bad URL), says nothing either way.
+    for a reason of ours (TLS, a bad URL), says nothing either way; nor does a try cut short
+    by the caller's deadline (DeadlineExceeded: the deadline stage raises it only when the
+    deadline clamped the timeout below the host's own, the body reader only at the deadline),
+    since one impatient caller says nothing about the host. A try that runs into the host's
+    own timeout keeps its ReadTimeout or ConnectTimeout, and is a failure.
     """
     response = outcome.response
     if response is not None:
         return TryResult.FAILURE if response.status_code >= 500 else TryResult.SUCCESS
-    if outcome.refused is not None:
+    error = outcome.error
+    if outcome.refused is not None or isinstance(error, DeadlineExceeded):
         return TryResult.NEUTRAL
-    return TryResult.FAILURE if is_transient_error(outcome.error) else TryResult.NEUTRAL
+    return TryResult.FAILURE if is_transient_error(error) else TryResult.NEUTRAL
