@@ -8,7 +8,7 @@ only with a ``requests.RequestException``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resilient_session import UNSET, Config, ConfigError, ResilientSession
+from resilient_session import Config, ConfigError, ResilientSession
 from resilient_session.config import load
 from resilient_session.policy import HostPolicy
 from resilient_session.upstream import FlakyUpstream, Reply
@@ -147,9 +147,13 @@ def _calls_fail_only_as_requests_errors(config: Config, upstream: FlakyUpstream)
     with ResilientSession(config) as session:
         # The healthy call runs under the config's own deadline and timeouts: it never waits.
         # The flaky one is bounded, since a config may ask for a day of backoff.
-        for path, deadline in (("/ok", UNSET), ("/flaky", CALL_DEADLINE)):
+        calls: tuple[Callable[[], requests.Response], ...] = (
+            lambda: session.get(upstream.url("/ok")),
+            lambda: session.get(upstream.url("/flaky"), deadline=CALL_DEADLINE),
+        )
+        for call in calls:
             try:
-                response = session.get(upstream.url(path), deadline=deadline)
+                response = call()
             except requests.RequestException:
                 continue
             assert response.status_code in (200, 503)

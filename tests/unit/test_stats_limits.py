@@ -91,7 +91,10 @@ def test_deep_or_odd_json_is_skipped_as_not_json(line):
     events: skipped and counted."""
     stats = StatsAggregator()
     stats.feed_lines([line, _try()])
-    assert (stats.lines, stats.used, stats.skipped.not_json) == (2, 1, 1)
+    assert (stats.lines, stats.used, stats.skipped.total) == (2, 1, 1)
+    # How deep the parser goes depends on the interpreter's recursion limit at the time: a
+    # line it cannot parse is not JSON, one it can is an object that is no event of ours.
+    assert stats.skipped.not_json + stats.skipped.other_event == 1
 
 
 def test_a_line_past_the_limit_is_too_long():
