@@ -123,6 +123,7 @@ class Watchdog:
         with self._lock:
             if watch.state == ARMED:
                 watch.state = DISARMED
+                watch.sock = None  # the connection may close it now; the heap need not keep it
                 self._cancelled += 1
                 self._drop_cancelled()
                 return False
