@@ -15,7 +15,6 @@ has meanwhile handed to another socket. Nothing changes for a try that has no wa
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -50,11 +49,17 @@ class _Watched(HTTPConnection):
         self._shutter = shutter
         return sock
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
+    def putrequest(
+        self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False
+    ) -> None:
+        # The first step of every request, before any byte is sent (and, for a plain HTTP
+        # connection not yet open, before it connects). Overridden rather than request(),
+        # whose eight keyword arguments would cost every call, deadline or not, a dict built
+        # and parsed again.
         watch = _current_watch()
         if watch is not None and self._watch is not watch:
             self._arm(watch)
-        super().request(*args, **kwargs)
+        super().putrequest(method, url, skip_host, skip_accept_encoding)
 
     def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3's own
         watch = self._watch

@@ -234,3 +234,23 @@ def test_a_silent_tls_handshake_is_bounded_by_the_clamped_connect_timeout(
 
     assert type(result) is DeadlineExceeded
     assert 0.95 <= elapsed < 1.5
+
+
+def test_a_stream_of_healthy_calls_does_not_wake_the_watchdog(upstream, make_session, monkeypatch):
+    """Each new watch falls due after the one the thread sleeps until, so arming it never
+    wakes the thread: at most one wake-up (an idle thread's first watch) in 100 calls."""
+    wakes: list[int] = []
+    notify = WATCHDOG._wake.notify
+
+    def counting(n: int = 1) -> None:
+        wakes.append(n)
+        notify(n)
+
+    monkeypatch.setattr(WATCHDOG._wake, "notify", counting)
+    session = make_session()
+
+    statuses = {session.get(upstream.url("/ok"), deadline=10.0).status_code for _ in range(100)}
+
+    assert statuses == {200}
+    assert len(wakes) <= 1
+    assert upstream.connections == 1
