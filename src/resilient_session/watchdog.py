@@ -124,8 +124,15 @@ class Watchdog:
             if watch.state == ARMED:
                 watch.state = DISARMED
                 watch.sock = None  # the connection may close it now; the heap need not keep it
-                self._cancelled += 1
-                self._drop_cancelled()
+                heap = self._heap
+                if heap[0][2] is watch:  # the usual case, calls ending in the order they began
+                    heapq.heappop(heap)
+                    if heap and heap[0][2].state != ARMED:
+                        self._drop_cancelled()
+                else:
+                    self._cancelled += 1
+                    if self._cancelled >= _COMPACT_AT:
+                        self._drop_cancelled()
                 return False
             while watch.state == FIRING:
                 self._settled.wait()

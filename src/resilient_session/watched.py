@@ -58,7 +58,12 @@ class _Watched(HTTPConnection):
         # and parsed again.
         watch = _current_watch()
         if watch is not None and self._watch is not watch:
-            self._arm(watch)
+            shutter = self._shutter
+            if shutter is not None and self._watch is None:  # a pooled connection, as a rule
+                self._watch = watch
+                WATCHDOG.arm(watch, shutter)
+            else:
+                self._arm(watch)
         super().putrequest(method, url, skip_host, skip_accept_encoding)
 
     def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3's own
