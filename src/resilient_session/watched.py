@@ -53,9 +53,8 @@ class _Watched(HTTPConnection):
         self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False
     ) -> None:
         # The first step of every request, before any byte is sent (and, for a plain HTTP
-        # connection not yet open, before it connects). Overridden rather than request(),
-        # whose eight keyword arguments would cost every call, deadline or not, a dict built
-        # and parsed again.
+        # connection not yet open, before it connects). Overridden rather than request(), so
+        # that request()'s eight keyword arguments are not repacked on every call.
         watch = _current_watch()
         if watch is not None and self._watch is not watch:
             shutter = self._shutter
