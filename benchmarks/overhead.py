@@ -11,8 +11,11 @@ change in the machine's speed lands on both halves of a pair:
   d  memory: RSS growth per call, and per new host (distinct hostnames, no network)
 
 ``--profile`` runs case (a) under cProfile and times the pieces of the hot path one by one.
+``--deadline S`` gives the resilient session of cases a-c a default deadline of S seconds, so
+each try is bounded by the deadline stage and the watchdog; ``deadline_session`` is the same
+session for ``instr_per_call.py --factory overhead:deadline_session`` (``PYTHONPATH=benchmarks``).
 
-Usage: python benchmarks/overhead.py [--quick] [--cases abcd] [--profile]
+Usage: python benchmarks/overhead.py [--quick] [--cases abcd] [--profile] [--deadline S]
 """
 
 from __future__ import annotations
@@ -89,6 +92,21 @@ RATIO_LOOPBACK = 1.05
 RATIO_THREADS = 1.08
 # "Flat": a leak of one small object per call (>= 16 bytes) would exceed this.
 FLAT_BYTES_PER_CALL = 4.0
+
+
+# The deadline.default of the resilient sessions of cases a-c; None: the shipped default, none.
+DEADLINE: float | None = None
+
+
+def _resilient() -> ResilientSession:
+    if DEADLINE is None:
+        return ResilientSession()
+    return ResilientSession({"defaults": {"deadline": {"default": DEADLINE}}})
+
+
+def deadline_session() -> ResilientSession:
+    """A session whose every call has a deadline: a factory for ``instr_per_call.py``."""
+    return ResilientSession({"defaults": {"deadline": {"default": 30.0}}})
 
 
 @contextmanager
@@ -170,7 +188,7 @@ def case_no_network(plan: Plan) -> list[Row]:
             ("filtered", "a. no network, events filtered (WARNING)", ADDED_US_FILTERED),
             ("json", "a. no network, JSON event per try to /dev/null", ADDED_US_JSON),
         ):
-            with events(mode), requests.Session() as plain, ResilientSession() as resilient:
+            with events(mode), requests.Session() as plain, _resilient() as resilient:
                 for session in (plain, resilient):
                     _time_block(lambda s=session: s.get(URL), plan.block // 4)  # type: ignore[misc]
                 samples = interleaved(
@@ -185,7 +203,7 @@ def case_no_network(plan: Plan) -> list[Row]:
 
 def case_loopback(plan: Plan, upstream: Upstream, timeout: tuple[float, float] | None) -> Row:
     url = upstream.url(0, "/v1/items?id=42")
-    with requests.Session() as plain, ResilientSession() as resilient:
+    with requests.Session() as plain, _resilient() as resilient:
         for session in (plain, resilient):
             _time_block(lambda s=session: s.get(url, timeout=timeout), plan.loopback_block // 4)  # type: ignore[misc]
         samples = interleaved(
@@ -232,7 +250,7 @@ def _threaded_block(
 
 def case_threads(plan: Plan, upstream: Upstream, timeout: tuple[float, float] | None) -> Row:
     url = upstream.url(0, "/v1/items?id=42")
-    with requests.Session() as plain, ResilientSession() as resilient:
+    with requests.Session() as plain, _resilient() as resilient:
         # A connection per thread for both, so neither churns connections past its pool.
         plain.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=THREADS))
         resilient.mount(
@@ -556,7 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="abcd", help="which cases to run (default abcd)")
     parser.add_argument("--profile", action="store_true", help="profile case (a) afterwards")
     parser.add_argument("--rounds", type=int, help="pairs per case (default 21, quick 7)")
+    parser.add_argument(
+        "--deadline", type=float, help="deadline.default (s) of the resilient session, cases a-c"
+    )
     args = parser.parse_args(argv)
+    global DEADLINE
+    DEADLINE = args.deadline
     plan = QUICK if args.quick else FULL
     if args.rounds:
         plan = Plan(**{**plan.__dict__, "rounds": args.rounds})
@@ -564,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"overhead: {describe_machine()}")
     print(
         f"overhead: {plan.rounds} interleaved pairs per case ({'quick' if args.quick else 'full'})"
+        + (f", resilient calls with deadline={DEADLINE} s" if DEADLINE is not None else "")
     )
 
     rows: list[Row] = []

@@ -21,6 +21,7 @@ from .hosts import HostRegistry
 from .pipeline import Next, drive
 from .redact import sensitive_names
 from .stages import standard_chain
+from .watched import watch_pools
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
@@ -87,6 +88,14 @@ class ResilientAdapter(HTTPAdapter):
         session = self._session() if self._session is not None else None
         if session is not None:
             session.cookies.update(cookies)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        # Pools whose connections put each try of a call with a deadline under the watchdog.
+        watch_pools(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        return watch_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
 
     def _fresh_registry(self, config: Config) -> HostRegistry:
         return HostRegistry(config, clock=self._clock, rng=self._rng)

@@ -90,6 +90,25 @@ class Drip:
 
 
 @dataclass(frozen=True, slots=True)
+class Trickle:
+    """Answer *status* with *body*, sending the status line and headers one byte every
+    *interval* seconds, then the body at once.
+
+    Every byte restarts a client's per-read timeout, so only a bound on the whole try ends
+    the wait. The trickle is cut after ``MAX_WAIT`` seconds, closing the connection early.
+    """
+
+    interval: float
+    status: int = 200
+    body: bytes = b"ok"
+
+    def __post_init__(self) -> None:
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"status must be 100..599, got {self.status}")
+        _check_wait("interval", self.interval)
+
+
+@dataclass(frozen=True, slots=True)
 class CloseWithoutReply:
     """Read the request, then close the connection without sending a byte."""
 
@@ -112,7 +131,7 @@ class Flaky:
             raise ValueError(f"rate must be between 0 and 1, got {self.rate!r}")
 
 
-Step: TypeAlias = Reply | Hang | ResetMidBody | Drip | CloseWithoutReply | Flaky
+Step: TypeAlias = Reply | Hang | ResetMidBody | Drip | Trickle | CloseWithoutReply | Flaky
 
 DEFAULT_REPLY: Final = Reply(200, body=b"ok")
 

@@ -27,6 +27,7 @@ from .faults import (
     Reply,
     ResetMidBody,
     Step,
+    Trickle,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Reply",
     "ResetMidBody",
     "Step",
+    "Trickle",
     "refused_url",
 ]
 
@@ -391,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset_mid_body(step)
         elif isinstance(step, Drip):
             self._drip(step)
+        elif isinstance(step, Trickle):
+            self._trickle(step)
         elif isinstance(step, CloseWithoutReply):
             self.close_connection = True
         else:  # Flaky is resolved to a Reply when the step is chosen
@@ -440,3 +444,24 @@ class _Handler(BaseHTTPRequestHandler):
             size = min(step.chunk, left)
             self.wfile.write(b"x" * size)
             left -= size
+
+    def _trickle(self, step: Trickle) -> None:
+        head = (
+            f"HTTP/1.1 {step.status} {_reason(step.status)}\r\n"
+            f"Content-Length: {len(step.body)}\r\n\r\n"
+        ).encode("latin-1")
+        waited = 0.0
+        for index in range(len(head)):
+            if waited >= MAX_WAIT or not self._upstream._wait(step.interval):
+                self.close_connection = True
+                return
+            waited += step.interval
+            self.wfile.write(head[index : index + 1])
+        self.wfile.write(step.body)
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"

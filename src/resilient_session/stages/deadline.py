@@ -12,6 +12,7 @@ from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
 from resilient_session.redact import redact_text
+from resilient_session.watchdog import WATCHED, Watch, settle
 
 
 class EnforceDeadline:
@@ -42,11 +43,20 @@ class EnforceDeadline:
             # A copy, so the caller's prepared request is never changed.
             request = request.copy()
             request.headers[header] = str(int(remaining * 1000))
-        outcome = call_next(attempt.sending(request, timeout))
+        # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
+        watch = Watch(remaining)
+        token = WATCHED.set(watch)
+        try:
+            outcome = call_next(attempt.sending(request, timeout))
+        finally:
+            WATCHED.reset(token)
+            fired = settle(watch)
         timed_out = outcome.error
-        if isinstance(timed_out, requests.Timeout) and not isinstance(timed_out, DeadlineExceeded):
+        if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
+            not isinstance(timed_out, DeadlineExceeded)
+        ):
             cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
-            if cut:
+            if cut or fired:
                 exceeded = DeadlineExceeded(
                     f"deadline for {call.method} {call.state.key} ran out during try "
                     f"{attempt.number}: {redact_text(str(timed_out))}",

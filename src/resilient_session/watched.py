@@ -1,0 +1,142 @@
+"""urllib3 connections that put each try, from connect to the last header byte, under the watchdog.
+
+The deadline stage opens a :class:`~resilient_session.watchdog.Watch` around each try of a call
+with a deadline; the try's connection arms it as the try first touches the connection (a new
+connection as it connects, so the TLS handshake is covered; a pooled one as the request goes
+out) and disarms it once the response's headers are in. The body is bounded by
+``body.read_body`` instead, and a ``stream=True`` body is the caller's to bound.
+
+The watchdog shuts down a duplicate of the connection's socket descriptor (the "shutter"):
+the same TCP socket, so a blocked read wakes, but a descriptor that only this connection
+closes, after disarming, so the watchdog can never shut down a descriptor number the system
+has meanwhile handed to another socket. Nothing changes for a try that has no watch.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError
+from urllib3.response import HTTPResponse
+
+from .watchdog import WATCHDOG, WATCHED, Watch
+
+_current_watch = WATCHED.get
+
+
+class _Watched(HTTPConnection):
+    """What both watched connection classes add: arm, attach the socket, disarm."""
+
+    # Class defaults, so urllib3's constructors stay untouched.
+    _watch: Watch | None = None
+    _shutter: socket.socket | None = None
+
+    def _new_conn(self) -> socket.socket:
+        watch = _current_watch()
+        if watch is None:
+            return super()._new_conn()
+        if self._watch is not watch:
+            # Armed before connecting, so a deadline that passes while connecting is seen here.
+            self._arm(watch)
+        sock = super()._new_conn()
+        shutter = sock.dup()
+        if not WATCHDOG.attach(watch, shutter):
+            shutter.close()
+            sock.close()
+            raise ConnectTimeoutError(self, f"deadline ran out connecting to {self.host}")
+        self._shutter = shutter
+        return sock
+
+    def putrequest(
+        self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False
+    ) -> None:
+        # The first step of every request, before any byte is sent (and, for a plain HTTP
+        # connection not yet open, before it connects). Overridden rather than request(), so
+        # that request()'s eight keyword arguments are not repacked on every call.
+        watch = _current_watch()
+        if watch is not None and self._watch is not watch:
+            shutter = self._shutter
+            if shutter is not None and self._watch is None:  # a pooled connection, as a rule
+                self._watch = watch
+                WATCHDOG.arm(watch, shutter)
+            else:
+                self._arm(watch)
+        super().putrequest(method, url, skip_host, skip_accept_encoding)
+
+    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3's own
+        watch = self._watch
+        if watch is None:
+            return super().getresponse()
+        try:
+            response = super().getresponse()
+        except BaseException as exc:
+            self._watch = None
+            if WATCHDOG.disarm(watch):
+                raise TimeoutError("deadline ran out before the response headers") from exc
+            raise
+        self._watch = None
+        if WATCHDOG.disarm(watch):
+            # Fired as the headers came in: the socket is shut, so this response is unusable.
+            response.close()
+            raise TimeoutError("deadline ran out as the response headers came in")
+        return response
+
+    def close(self) -> None:
+        watch = self._watch
+        if watch is not None:
+            self._watch = None
+            WATCHDOG.disarm(watch)  # first, so the shutter is never shut down once closed
+        shutter = self._shutter
+        if shutter is not None:
+            self._shutter = None
+            shutter.close()
+        super().close()
+
+    def _arm(self, watch: Watch) -> None:
+        if self._watch is not None:  # a previous try's watch left armed: end it first
+            WATCHDOG.disarm(self._watch)
+        self._watch = watch
+        shutter = self._shutter
+        sock = self.sock
+        if shutter is None and sock is not None:
+            # A pooled connection made by a try without a deadline: duplicate it now.
+            shutter = self._shutter = socket.fromfd(sock.fileno(), sock.family, sock.type)
+        WATCHDOG.arm(watch, shutter)
+
+
+class WatchedHTTPConnection(_Watched, HTTPConnection):
+    """urllib3's ``HTTPConnection``, with each try under the watchdog."""
+
+
+class WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    """urllib3's ``HTTPSConnection``, with each try (TLS handshake included) under the watchdog."""
+
+
+class WatchedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = WatchedHTTPConnection
+
+
+class WatchedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = WatchedHTTPSConnection
+
+
+_WATCHED_POOLS: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {
+    HTTPConnectionPool: WatchedHTTPConnectionPool,
+    HTTPSConnectionPool: WatchedHTTPSConnectionPool,
+}
+
+
+def watch_pools(manager: PoolManager) -> PoolManager:
+    """Make *manager* build watched pools; pool classes of its own (SOCKS) are left as they are.
+
+    Idempotent, and cheap once done: requests asks for its proxy manager on every proxied call.
+    """
+    classes = manager.pool_classes_by_scheme
+    if not any(cls in _WATCHED_POOLS for cls in classes.values()):
+        return manager
+    manager.pool_classes_by_scheme = {
+        scheme: _WATCHED_POOLS.get(cls, cls) for scheme, cls in classes.items()
+    }
+    return manager
