@@ -40,11 +40,16 @@ _STILL_CLOSED: tuple[BreakerState, None] = (BreakerState.CLOSED, None)
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A state change, returned from under the lock so it is logged after release."""
+    """A state change, returned from under the lock so it is logged after release.
+
+    *seq* numbers this breaker's changes 1, 2, 3, ... in the order they happened: it is taken
+    under the lock, while events are logged after it, where threads may overtake one another.
+    """
 
     host: str
     from_state: BreakerState
     to_state: BreakerState
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +201,9 @@ class CircuitBreaker:
         return min(policy.recovery_timeout_max, jittered)
 
     def _move(self, to_state: BreakerState) -> Transition:
-        transition = Transition(self.host, self._state, to_state)
-        self._state = to_state
         self._epoch += 1
+        transition = Transition(self.host, self._state, to_state, self._epoch)
+        self._state = to_state
         self._closed_permit = Permit(self._epoch, probe=False)
         self.closed_admission = (
             (self._closed_permit, None) if to_state is BreakerState.CLOSED else None

@@ -122,5 +122,6 @@ def emit_transition(transition: Transition) -> None:
         logger.warning(
             "breaker.transition",
             host=transition.host,
+            seq=transition.seq,
             **{"from": transition.from_state.value, "to": transition.to_state.value},
         )

@@ -80,11 +80,11 @@ def test_breaker_transition_follows_the_stdlib_level(harness, clock, stdlib_line
     logger.setLevel(logging.INFO)
     h.run(500)  # closed -> open, logged with its http.try
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(e["event"], e.get("from"), e.get("to")) for e in lines] == [
-        ("breaker.transition", "open", "half_open"),
-        ("breaker.transition", "half_open", "open"),
-        ("breaker.transition", "closed", "open"),
-        ("http.try", None, None),
+    assert [(e["event"], e.get("seq"), e.get("from"), e.get("to")) for e in lines] == [
+        ("breaker.transition", 2, "open", "half_open"),
+        ("breaker.transition", 3, "half_open", "open"),
+        ("breaker.transition", 6, "closed", "open"),
+        ("http.try", None, None, None),
     ]
     assert [e["level"] for e in lines] == ["warning", "warning", "warning", "info"]
 
