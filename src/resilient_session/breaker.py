@@ -68,6 +68,7 @@ class BreakerSnapshot:
     tries: int
     failures: int
     rejected: int
+    refused_inside: int
     openings: int
     open_for: float
 
@@ -105,6 +106,7 @@ class CircuitBreaker:
         self._tries = 0
         self._failures = 0
         self._rejected = 0
+        self._refused_inside = 0
 
     @property
     def state(self) -> BreakerState:
@@ -131,14 +133,25 @@ class CircuitBreaker:
                 return Permit(self._epoch, probe=True), transition
             return self._closed_permit, transition
 
-    def record(self, permit: Permit, result: TryResult) -> tuple[BreakerState, Transition | None]:
-        """Count the result of an admitted try; returns the state after it."""
+    def record(
+        self, permit: Permit, result: TryResult, sent: bool = True
+    ) -> tuple[BreakerState, Transition | None]:
+        """Count the result of an admitted try; returns the state after it.
+
+        A try admitted here but refused by a guard inside, never sent (*sent* false: the
+        deadline stage's refusal), is no try: it is counted apart, in ``refused_inside``, and
+        only gives back its probe slot.
+        """
         with self._lock:
-            self._tries += 1
             if result is _SUCCESS and permit is self._closed_permit and self._window is None:
                 # The happy path: a success in the current CLOSED epoch only resets the run.
+                self._tries += 1
                 self._consecutive_failures = 0
                 return _STILL_CLOSED
+            if sent:
+                self._tries += 1
+            else:
+                self._refused_inside += 1
             if result is TryResult.FAILURE:
                 self._failures += 1
             if permit.epoch != self._epoch:
@@ -221,5 +234,11 @@ class CircuitBreaker:
             if self._state is BreakerState.OPEN:
                 open_for = max(0.0, self._open_until - self._clock.monotonic())
             return BreakerSnapshot(
-                self._state, self._tries, self._failures, self._rejected, self._openings, open_for
+                self._state,
+                self._tries,
+                self._failures,
+                self._rejected,
+                self._refused_inside,
+                self._openings,
+                open_for,
             )

@@ -205,6 +205,30 @@ def test_transitions_numbered_in_order_per_breaker(clock):
     ]
 
 
+def test_try_refused_inside_is_no_try_and_frees_its_probe_slot(clock):
+    """A probe admitted by the breaker but refused by the deadline stage (sent false) counts
+    as refused inside, not as a try, and leaves the slot for the next probe."""
+    breaker = make(clock, failure_threshold=1, recovery_timeout=1.0)
+    fail(breaker)
+    clock.advance(1.0)
+    probe, _ = breaker.allow()
+    assert probe is not None
+    assert breaker.record(probe, TryResult.NEUTRAL, False) == (BreakerState.HALF_OPEN, None)
+    closed_permit = breaker.allow()[0]
+    assert closed_permit is not None
+    assert breaker.record(closed_permit, TryResult.SUCCESS)[0] is BreakerState.CLOSED
+    permit, _ = breaker.allow()
+    assert permit is not None
+    breaker.record(permit, TryResult.NEUTRAL, False)
+    snap = breaker.snapshot()
+    assert (snap.tries, snap.refused_inside, snap.rejected, snap.state) == (
+        2,
+        2,
+        0,
+        BreakerState.CLOSED,
+    )
+
+
 class BreakerMachine(RuleBasedStateMachine):
     """Any interleaving of admissions, results and time keeps the breaker legal."""
 
