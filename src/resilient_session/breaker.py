@@ -40,11 +40,16 @@ _STILL_CLOSED: tuple[BreakerState, None] = (BreakerState.CLOSED, None)
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A state change, returned from under the lock so it is logged after release."""
+    """A state change, returned from under the lock so it is logged after release.
+
+    *seq* numbers this breaker's changes 1, 2, 3, ... in the order they happened: it is taken
+    under the lock, while events are logged after it, where threads may overtake one another.
+    """
 
     host: str
     from_state: BreakerState
     to_state: BreakerState
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class BreakerSnapshot:
     tries: int
     failures: int
     rejected: int
+    refused_inside: int
     openings: int
     open_for: float
 
@@ -100,6 +106,7 @@ class CircuitBreaker:
         self._tries = 0
         self._failures = 0
         self._rejected = 0
+        self._refused_inside = 0
 
     @property
     def state(self) -> BreakerState:
@@ -126,14 +133,25 @@ class CircuitBreaker:
                 return Permit(self._epoch, probe=True), transition
             return self._closed_permit, transition
 
-    def record(self, permit: Permit, result: TryResult) -> tuple[BreakerState, Transition | None]:
-        """Count the result of an admitted try; returns the state after it."""
+    def record(
+        self, permit: Permit, result: TryResult, sent: bool = True
+    ) -> tuple[BreakerState, Transition | None]:
+        """Count the result of an admitted try; returns the state after it.
+
+        A try admitted here but refused by a guard inside, never sent (*sent* false: the
+        deadline stage's refusal), is no try: it is counted apart, in ``refused_inside``, and
+        only gives back its probe slot.
+        """
         with self._lock:
-            self._tries += 1
             if result is _SUCCESS and permit is self._closed_permit and self._window is None:
                 # The happy path: a success in the current CLOSED epoch only resets the run.
+                self._tries += 1
                 self._consecutive_failures = 0
                 return _STILL_CLOSED
+            if sent:
+                self._tries += 1
+            else:
+                self._refused_inside += 1
             if result is TryResult.FAILURE:
                 self._failures += 1
             if permit.epoch != self._epoch:
@@ -196,9 +214,9 @@ class CircuitBreaker:
         return min(policy.recovery_timeout_max, jittered)
 
     def _move(self, to_state: BreakerState) -> Transition:
-        transition = Transition(self.host, self._state, to_state)
-        self._state = to_state
         self._epoch += 1
+        transition = Transition(self.host, self._state, to_state, self._epoch)
+        self._state = to_state
         self._closed_permit = Permit(self._epoch, probe=False)
         self.closed_admission = (
             (self._closed_permit, None) if to_state is BreakerState.CLOSED else None
@@ -216,5 +234,11 @@ class CircuitBreaker:
             if self._state is BreakerState.OPEN:
                 open_for = max(0.0, self._open_until - self._clock.monotonic())
             return BreakerSnapshot(
-                self._state, self._tries, self._failures, self._rejected, self._openings, open_for
+                self._state,
+                self._tries,
+                self._failures,
+                self._rejected,
+                self._refused_inside,
+                self._openings,
+                open_for,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import structlog
@@ -20,11 +21,28 @@ _proxy = structlog.get_logger(LOGGER_NAME)
 class _Resolved(NamedTuple):
     config: dict[str, Any]
     logger: Any
+    # What a level fixed by the bound logger's class lets through, decided once.
     info: bool
     warning: bool
+    # A check for loggers whose level can change at run time (stdlib logging), made per event.
+    is_enabled_for: Callable[[int], bool] | None
 
 
 _resolved: _Resolved | None = None
+
+# make_filtering_bound_logger hands out one class per level, built once: a logger of one of
+# these classes has its level fixed for as long as the configuration holds.
+_FIXED_LEVEL_CLASSES = frozenset(
+    structlog.make_filtering_bound_logger(level)
+    for level in (
+        logging.NOTSET,
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+        logging.ERROR,
+        logging.CRITICAL,
+    )
+)
 
 
 def logger_for(level: int) -> Any | None:
@@ -34,7 +52,8 @@ def logger_for(level: int) -> Any | None:
     default prints every event to stdout, and a library must not fill an application's stdout
     uninvited. The bound logger is resolved once per structlog configuration rather than on
     every event (the lazy proxy rebuilds it on each call), and a level the application filters
-    out costs no event fields at all.
+    out costs no event fields at all. A level fixed by the logger's class is decided once with
+    it; a stdlib logger's level can change at any time, so it is asked on every event.
     """
     global _resolved
     if not structlog.is_configured():
@@ -44,15 +63,33 @@ def logger_for(level: int) -> Any | None:
     # One comparison in C: the same objects compare equal at once, and a processor list
     # changed in place no longer equals the copy of it kept here.
     if resolved is None or resolved.config != config:
-        logger = _proxy.bind()
-        is_enabled_for = getattr(logger, "is_enabled_for", None)
-        info = is_enabled_for(logging.INFO) if is_enabled_for else True
-        warning = is_enabled_for(logging.WARNING) if is_enabled_for else True
-        # A copy of the processors, of their own type: a tuple stays a tuple and equal.
-        kept = {**config, "processors": copy.copy(config["processors"])}
-        resolved = _resolved = _Resolved(kept, logger, info, warning)
-    enabled = resolved.info if level <= logging.INFO else resolved.warning
-    return resolved.logger if enabled else None
+        resolved = _resolved = _resolve(config)
+    if not (resolved.info if level <= logging.INFO else resolved.warning):
+        return None
+    is_enabled_for = resolved.is_enabled_for
+    if is_enabled_for is not None and not is_enabled_for(level):
+        return None
+    return resolved.logger
+
+
+def _resolve(config: dict[str, Any]) -> _Resolved:
+    logger = _proxy.bind()
+    fixed = type(logger) in _FIXED_LEVEL_CLASSES
+    info = logger.is_enabled_for(logging.INFO) if fixed else True
+    warning = logger.is_enabled_for(logging.WARNING) if fixed else True
+    # structlog documents _logger as the wrapped logger. The stdlib's own isEnabledFor is
+    # cached by the stdlib until a level changes, so asking it per event stays cheap.
+    wrapped = getattr(logger, "_logger", None)
+    is_enabled_for: Callable[[int], bool] | None = None
+    if isinstance(wrapped, logging.Logger):
+        is_enabled_for = wrapped.isEnabledFor
+    elif not fixed:
+        is_enabled_for = getattr(logger, "isEnabledFor", None) or getattr(
+            logger, "is_enabled_for", None
+        )
+    # A copy of the processors, of their own type: a tuple stays a tuple and equal.
+    kept = {**config, "processors": copy.copy(config["processors"])}
+    return _Resolved(kept, logger, info, warning, is_enabled_for)
 
 
 def try_fields(
@@ -85,5 +122,6 @@ def emit_transition(transition: Transition) -> None:
         logger.warning(
             "breaker.transition",
             host=transition.host,
+            seq=transition.seq,
             **{"from": transition.from_state.value, "to": transition.to_state.value},
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
 from .breaker import BreakerState, CircuitBreaker
@@ -31,7 +31,26 @@ class HostState:
 
 @dataclass(frozen=True, slots=True)
 class HostHealth:
-    """A read-only view of one host, as a service's /health endpoint would show it."""
+    """A read-only view of one host, as a service's /health endpoint would show it.
+
+    A *try* is one sent toward the upstream, admitted by every local guard. A try refused
+    locally (breaker open, deadline spent: a ``fail_fast`` event) is no try: it is counted in
+    ``refused``. So ``tries`` equals the ``http.try`` events whose decision is not
+    ``fail_fast``, and ``refused`` those whose decision is.
+
+    Attributes:
+        breaker: the breaker's state now.
+        open_for: seconds until an open breaker lets a probe through; 0 unless open.
+        tokens: retry budget tokens left; a retry takes one whole token.
+        calls: calls started (their first try), refused ones included.
+        tries: tries sent toward the upstream, first tries and retries alike.
+        retries: retries the budget paid a token for; one refused after its wait counts too.
+        failures: sent tries that failed in the breaker's eyes: transport errors, timeouts, 5xx.
+        refused: tries refused locally, never sent: ``rejected`` plus ``deadline_spent``.
+        rejected: tries the breaker refused, open or out of half-open probe slots.
+        deadline_spent: tries refused because the call's deadline was spent before them.
+        budget_exhausted: retries not made because the budget had no whole token left.
+    """
 
     breaker: BreakerState
     open_for: float
@@ -40,8 +59,23 @@ class HostHealth:
     tries: int
     retries: int
     failures: int
+    refused: int
     rejected: int
+    deadline_spent: int
     budget_exhausted: int
+
+    def as_dict(self) -> dict[str, str | int | float]:
+        """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
+
+        Example::
+
+            json.dumps({host: health.as_dict() for host, health in session.health().items()})
+        """
+        values: dict[str, str | int | float] = {
+            field.name: getattr(self, field.name) for field in fields(self)
+        }
+        values["breaker"] = self.breaker.value
+        return values
 
 
 def host_key(url: str) -> tuple[str, str, int]:
@@ -161,7 +195,10 @@ class HostRegistry:
                 tries=breaker.tries,
                 retries=budget.retries,
                 failures=breaker.failures,
+                refused=breaker.rejected + breaker.refused_inside,
                 rejected=breaker.rejected,
+                # The deadline stage is the one guard inside the breaker that refuses tries.
+                deadline_spent=breaker.refused_inside,
                 budget_exhausted=budget.exhausted,
             )
         return result

@@ -53,7 +53,7 @@ def test_opens_after_consecutive_failures(clock):
     breaker = make(clock)
     assert fail(breaker, 4) == []
     assert breaker.state is BreakerState.CLOSED
-    assert fail(breaker) == [Transition(breaker.host, BreakerState.CLOSED, BreakerState.OPEN)]
+    assert fail(breaker) == [Transition(breaker.host, BreakerState.CLOSED, BreakerState.OPEN, 1)]
     assert breaker.allow() == (None, None)
 
 
@@ -87,7 +87,7 @@ def test_first_opening_lasts_exactly_recovery_timeout(clock):
     permit, moved = breaker.allow()
     assert permit is not None
     assert permit.probe
-    assert moved == Transition(breaker.host, BreakerState.OPEN, BreakerState.HALF_OPEN)
+    assert moved == Transition(breaker.host, BreakerState.OPEN, BreakerState.HALF_OPEN, 2)
     assert breaker.allow()[0] is None  # half_open_max_calls = 1
 
 
@@ -183,6 +183,50 @@ def test_snapshot_counts(clock):
         1,
     )
     assert snap.open_for == pytest.approx(5.0)
+
+
+def test_transitions_numbered_in_order_per_breaker(clock):
+    """Each breaker numbers its own transitions 1, 2, 3, ...; another breaker starts at 1."""
+    breaker = make(clock, failure_threshold=1, recovery_timeout=1.0)
+    other = make(clock, failure_threshold=1)
+    moves = fail(breaker)
+    clock.advance(1.0)
+    permit, moved = breaker.allow()
+    assert permit is not None
+    assert moved is not None
+    moves.append(moved)
+    moves.append(breaker.record(permit, TryResult.FAILURE)[1])  # type: ignore[arg-type]
+    moves += fail(other)
+    assert [(t.host, t.seq, t.from_state.value, t.to_state.value) for t in moves] == [
+        (breaker.host, 1, "closed", "open"),
+        (breaker.host, 2, "open", "half_open"),
+        (breaker.host, 3, "half_open", "open"),
+        (other.host, 1, "closed", "open"),
+    ]
+
+
+def test_try_refused_inside_is_no_try_and_frees_its_probe_slot(clock):
+    """A probe admitted by the breaker but refused by the deadline stage (sent false) counts
+    as refused inside, not as a try, and leaves the slot for the next probe."""
+    breaker = make(clock, failure_threshold=1, recovery_timeout=1.0)
+    fail(breaker)
+    clock.advance(1.0)
+    probe, _ = breaker.allow()
+    assert probe is not None
+    assert breaker.record(probe, TryResult.NEUTRAL, False) == (BreakerState.HALF_OPEN, None)
+    closed_permit = breaker.allow()[0]
+    assert closed_permit is not None
+    assert breaker.record(closed_permit, TryResult.SUCCESS)[0] is BreakerState.CLOSED
+    permit, _ = breaker.allow()
+    assert permit is not None
+    breaker.record(permit, TryResult.NEUTRAL, False)
+    snap = breaker.snapshot()
+    assert (snap.tries, snap.refused_inside, snap.rejected, snap.state) == (
+        2,
+        2,
+        0,
+        BreakerState.CLOSED,
+    )
 
 
 class BreakerMachine(RuleBasedStateMachine):

@@ -107,8 +107,16 @@ def test_every_emitted_event_matches_the_schema(validator, clock):
         ("success", "ok"),
         ("fail_fast", "deadline_spent"),
     ]
-    moves = [(e["from"], e["to"]) for e in events if e["event"] == "breaker.transition"]
-    assert moves == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+    moves = [(e["seq"], e["from"], e["to"]) for e in events if e["event"] == "breaker.transition"]
+    assert moves == [(1, "closed", "open"), (2, "open", "half_open"), (3, "half_open", "closed")]
+
+
+def test_schema_requires_a_positive_seq_on_transitions(validator, clock):
+    """A breaker.transition without seq, or with seq 0, is invalid."""
+    moved = next(e for e in _emitted(clock) if e["event"] == "breaker.transition")
+    assert validator.is_valid(moved)
+    assert not validator.is_valid({key: v for key, v in moved.items() if key != "seq"})
+    assert not validator.is_valid({**moved, "seq": 0})
 
 
 def test_schema_rejects_a_reason_that_does_not_go_with_its_decision(validator, clock):

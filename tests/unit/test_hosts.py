@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
+from resilient_session.attempt import Reason
 from resilient_session.config import load
 from resilient_session.hosts import HostRegistry, host_key
+from resilient_session.pipeline import drive
+from resilient_session.stages import standard_chain
+from resilient_session.testing import ScriptedTransport
 from tests.threads import run_together
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 
 
 @pytest.mark.parametrize(
@@ -133,3 +142,58 @@ def test_health_snapshot(harness):
         1,
     )
     assert health.tokens == pytest.approx(10 - 1 + 0.2)  # full, one retry, one more first try
+
+
+def _health_fields_in_docs() -> list[str]:
+    """The field names of the health table in docs/events.md, in order."""
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## Health") :].split("\n## ", 1)[0]
+    return re.findall(r"^\| `(\w+)`", section, flags=re.MULTILINE)
+
+
+def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, clock, logs):
+    """Refused tries (deadline spent, breaker open) are counted in refused, not in tries, so
+    health agrees with the http.try events, and as_dict round-trips through JSON."""
+    h = harness(
+        {
+            "defaults": {
+                "retry": {"backoff_base": 0.1},
+                "breaker": {"failure_threshold": 2, "recovery_timeout": 5.0},
+                "budget": {"min_per_second": 0},
+            }
+        }
+    )
+    h.run(503, 200)
+    attempt = h.first_attempt(deadline=0.5)
+    clock.advance(0.6)
+    spent = drive(
+        standard_chain(ScriptedTransport(clock, 200), clock=clock, rng=h.rng), attempt, clock
+    )
+    assert spent.decision.reason is Reason.DEADLINE_SPENT
+    _, opened = h.run(500, 500)
+    refused, never_sent = h.run(200)
+    assert (opened.calls, never_sent.calls, refused.decision.reason) == (2, 0, Reason.BREAKER_OPEN)
+
+    tries = [event for event in logs if event["event"] == "http.try"]
+    sent = [event for event in tries if event["decision"] != "fail_fast"]
+    health = h.registry.health()["http://svc.test:80"]
+    assert (health.tries, health.refused) == (len(sent), len(tries) - len(sent)) == (4, 2)
+    assert (health.rejected, health.deadline_spent, health.calls, health.retries) == (1, 1, 4, 2)
+
+    as_json = json.loads(json.dumps({k: v.as_dict() for k, v in h.registry.health().items()}))
+    assert as_json == {
+        "http://svc.test:80": {
+            "breaker": "open",
+            "open_for": 5.0,
+            "tokens": pytest.approx(10 - 2 + 3 * 0.2),  # the first deposit found it full
+            "calls": 4,
+            "tries": 4,
+            "retries": 2,
+            "failures": 3,
+            "refused": 2,
+            "rejected": 1,
+            "deadline_spent": 1,
+            "budget_exhausted": 0,
+        }
+    }
+    assert list(as_json["http://svc.test:80"]) == _health_fields_in_docs()

@@ -33,7 +33,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         # Recorded even then, so a half-open probe slot is never leaked.
         breaker.record(permit, TryResult.NEUTRAL)
         raise
-    state, transition = breaker.record(permit, try_result(outcome))
+    state, transition = breaker.record(permit, try_result(outcome), outcome.refused is None)
     if transition is not None:
         emit_transition(transition)
     return outcome.with_breaker(state)
