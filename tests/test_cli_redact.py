@@ -150,8 +150,8 @@ def test_internal_error_line_is_redacted(capsys, monkeypatch):
     )
 
 
-def _health(tries: int, rejected: int) -> SimpleNamespace:
-    return SimpleNamespace(tries=tries, rejected=rejected)
+def _health(tries: int, refused: int) -> SimpleNamespace:
+    return SimpleNamespace(tries=tries, refused=refused)
 
 
 @pytest.mark.parametrize(

@@ -255,7 +255,7 @@ def _tries(session: ResilientSession) -> str:
     """``(3 tries)``, or ``(1 try, 2 refused)``: tries sent, then tries refused locally."""
     hosts = session.health().values()
     tries = sum(health.tries for health in hosts)
-    refused = sum(health.rejected for health in hosts)
+    refused = sum(health.refused for health in hosts)
     counted = f"{tries} {'try' if tries == 1 else 'tries'}"
     return f" ({counted}, {refused} refused)" if refused else f" ({counted})"
 

@@ -222,7 +222,7 @@ def test_histogram_rejects_bad_input():
 
 def test_refused_tries_are_not_tries_and_agree_with_health(harness, logs):
     """Two 503s open the breaker (threshold 2) and three calls are refused: stats counts 2
-    tries and 3 refused, as session.health() counts 2 tries and 3 rejected."""
+    tries and 3 refused, as session.health() counts 2 tries and 3 refused."""
     h = harness({"defaults": {"retry": {"max_attempts": 1}, "breaker": {"failure_threshold": 2}}})
     for step in (503, 503, 200, 200, 200):
         h.run(step)
@@ -231,5 +231,5 @@ def test_refused_tries_are_not_tries_and_agree_with_health(harness, logs):
     figures = stats.summary()["hosts"]["http://svc.test:80"]
     health = h.registry.health()["http://svc.test:80"]
     assert (figures["calls"], figures["tries"], figures["refused"]) == (5, 2, 3)
-    assert (figures["tries"], figures["refused"]) == (health.tries, health.rejected)
+    assert (figures["tries"], figures["refused"]) == (health.tries, health.refused)
     assert (figures["tries_per_call"], figures["fail_fasts"]) == (0.4, {"breaker_open": 3})
