@@ -6,15 +6,15 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .adapter import ResilientAdapter
 from .attempt import Reason, Verdict
-from .breaker import BreakerState
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .config import Config, load
 from .deadline import deadline, remaining
 from .errors import CircuitOpenError, ConfigError, DeadlineExceeded
-from .hosts import HostHealth, HostRegistry
 from .redact import redact_text, redact_url
 from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
+from .state.breaker import BreakerState
+from .state.registry import HostHealth, HostRegistry
 
 try:
     __version__ = version("resilient-session")

@@ -17,10 +17,10 @@ from .body import read_body
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
-from .hosts import HostRegistry
 from .pipeline import Next, drive
 from .redact import sensitive_names
 from .stages import standard_chain
+from .state.registry import HostRegistry
 from .watched import watch_pools
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.

@@ -16,8 +16,8 @@ from requests.cookies import RequestsCookieJar
 from .errors import is_connect_failure
 
 if TYPE_CHECKING:
-    from .breaker import BreakerState
-    from .hosts import HostState
+    from .state.breaker import BreakerState
+    from .state.registry import HostState
 
 
 class Verdict(str, Enum):

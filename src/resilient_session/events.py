@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import structlog
 
 from .attempt import Attempt, Outcome
-from .breaker import Transition
 from .redact import redact_url
+from .state.breaker import Transition
 
 LOGGER_NAME = "resilient_session"
 

@@ -17,7 +17,7 @@ from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
 from .deadline import narrowed
-from .hosts import HostHealth, HostRegistry
+from .state.registry import HostHealth, HostRegistry
 from .verbs import TypedVerbs
 
 if TYPE_CHECKING:

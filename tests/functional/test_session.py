@@ -19,7 +19,7 @@ from resilient_session import (
     ResilientSession,
     deadline,
 )
-from resilient_session.hosts import HostRegistry
+from resilient_session.state.registry import HostRegistry
 from resilient_session.testing import FakeClock
 
 URL = "http://svc.test/items"

@@ -8,11 +8,11 @@ import random
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
 from resilient_session.body import drain
-from resilient_session.breaker import BreakerState
 from resilient_session.classify import Tier, classify
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
 from resilient_session.pipeline import Next
+from resilient_session.state.breaker import BreakerState
 
 _SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
 

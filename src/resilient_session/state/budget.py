@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .clock import Clock
-from .policy import BudgetPolicy
+from resilient_session.clock import Clock
+from resilient_session.policy import BudgetPolicy
 
 # Ten deposits of 0.1 sum to 0.9999999999999999; they must still buy one retry.
 _EPSILON = 1e-9

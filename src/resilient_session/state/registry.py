@@ -8,11 +8,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
+from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.config import Config
+from resilient_session.policy import HostPolicy
+
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
-from .clock import SYSTEM_CLOCK, Clock
-from .config import Config
-from .policy import HostPolicy
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
