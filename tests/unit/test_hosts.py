@@ -196,7 +196,7 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
             "rejected": 1,
             "deadline_spent": 1,
             "budget_exhausted": 0,
-            "limit": 18,  # 20 dropped once, by the 503, to 20 * 0.9
+            "limit": 28,  # 32 dropped once, by the 503, to 28.8
             "in_flight": 0,
             "limited": 0,
         }
