@@ -45,7 +45,11 @@ class LimitConcurrency:
         signal = _IGNORE  # what a try that raised gives back: its slot, and nothing else
         try:
             outcome = call_next(attempt)
-            signal = self._signal(attempt, outcome, started)
+            response = outcome.response
+            if response is not None and response.status_code < 400 and outcome.error is None:
+                signal = _SUCCESS  # the happy path, without a call
+            else:
+                signal = self._signal(attempt, outcome, started)
         finally:
             limit.release(signal)
         return outcome
