@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from resilient_session.attempt import Attempt, Outcome
+from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.policy import LimitPolicy
 from resilient_session.stages.limit import LimitConcurrency
 from resilient_session.state.limit import ConcurrencyLimit, LimitSnapshot, Signal, waiter_for
@@ -161,8 +162,6 @@ def test_a_slot_freed_during_the_wait_admits_the_waiting_try(clock):
 
 
 def test_the_system_clock_waits_on_the_condition_and_others_sleep_on_their_clock(clock):
-    from resilient_session.clock import SYSTEM_CLOCK
-
     condition = threading.Condition()
     with condition:
         waiter_for(SYSTEM_CLOCK)(condition, 0.001)  # a real wait, not a sleep
@@ -217,15 +216,21 @@ def test_disabled_limit_is_left_out(harness):
 # -- many threads ---------------------------------------------------------------------------
 
 
-def test_hammer_never_exceeds_the_limit_and_ends_empty(harness):
-    """64 threads, 200 tries each, through the stage, a quarter of them raising: the flight,
-    read under the limit's lock at every admission, never passes 8, and ends at 0."""
-    h = harness({"defaults": {"limit": {"initial": 8, "min": 8, "max": 8, "max_wait": 0.05}}})
+@pytest.mark.parametrize(("low", "high"), [(8, 8), (4, 16)])
+def test_hammer_never_exceeds_the_limit_and_ends_empty(harness, low, high):
+    """64 threads, 200 tries each, through the stage, a quarter of them raising, a third of
+    the rest answered 503: the flight, read under the limit's lock at every admission, never
+    passes the limit (8, fixed) or its max (16, adapting), tries wait on the condition, and
+    the flight ends at 0."""
+    h = harness({"defaults": {"limit": {"initial": 8, "min": low, "max": high, "max_wait": 0.05}}})
     first = h.first_attempt()
     clock = h.clock
 
+    waits = [0]
+
     def wait_a_little(condition: threading.Condition, seconds: float) -> None:
         # Real waiting on the condition, so notify is exercised; the fake clock moves with it.
+        waits[0] += 1  # under the limit's lock
         step = min(seconds, 0.002)
         condition.wait(step)
         clock.advance(step)
@@ -236,6 +241,7 @@ def test_hammer_never_exceeds_the_limit_and_ends_empty(harness):
     attempt = first._replace(call=first.call._replace(state=replace(state, limit=limit)))
     stage = LimitConcurrency(clock)
     peak = [0]
+    in_flight = threading.Event()  # never set: its wait is a pause that is not a sleep
     admitted = [0]
     counts = threading.Lock()
 
@@ -247,7 +253,12 @@ def test_hammer_never_exceeds_the_limit_and_ends_empty(harness):
                 with counts:
                     peak[0] = max(peak[0], snapshot.in_flight)
                     admitted[0] += 1
-                assert snapshot.in_flight <= snapshot.limit == 8
+                assert snapshot.in_flight <= high
+                assert low <= snapshot.limit <= high
+                if low == high:
+                    assert snapshot.in_flight <= snapshot.limit
+                # Hold the slot a moment, GIL released, so the others pile up and wait.
+                in_flight.wait(0.0002)
                 if (index + n) % 4 == 0:
                     raise KeyboardInterrupt  # a BaseException, as a signal would raise
                 return Outcome(response=build_response(inner.request, 200 if n % 3 else 503))
@@ -258,5 +269,6 @@ def test_hammer_never_exceeds_the_limit_and_ends_empty(harness):
     run_together(64, body)
     snapshot = limit.snapshot()
     assert snapshot.in_flight == 0
-    assert 1 <= peak[0] <= 8
+    assert peak[0] == 8 if low == high else low <= peak[0] <= high
+    assert waits[0] > 0
     assert admitted[0] + snapshot.limited == 64 * 200
