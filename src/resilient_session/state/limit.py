@@ -4,8 +4,8 @@ The rule is the loss-based one of Netflix's concurrency-limits (``AIMDLimit``) a
 Dialogue: a try that comes back in time while the flight is near the limit adds one to it; a
 try the host dropped (a timeout, a transport error, an overload status) multiplies it by
 ``backoff_ratio``; ``min`` and ``max`` bound it. Dialogue's "cautious" variant adds 1/limit
-per success; one per success is Netflix's, and lets a burst of up to three times the limit in
-at once (see docs/configuration.md), which is what a healthy host needs.
+per success; one per success is Netflix's, and lets a burst of three times the limit in within
+one round trip (see docs/configuration.md), which is what a healthy host needs.
 """
 
 from __future__ import annotations
