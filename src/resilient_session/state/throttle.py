@@ -93,10 +93,17 @@ class AdaptiveThrottle:
         """Ask to send one try: None lets it go; a refused try is counted in ``throttled``,
         and gets back the chance it was refused at."""
         with self._lock:
-            self._slide()
-            probability = self._probability(self._total_tries, self._total_accepts)
-            if probability == 0.0:
+            # The slide and the two checks spelled out: this runs on every try.
+            now = self._clock.monotonic() // self._width
+            if now > self._newest:
+                self._slide(int(now))
+            tries = self._total_tries
+            if tries < self._min_tries:
                 return None
+            excess = tries - self._k * self._total_accepts
+            if excess <= self._slack:
+                return None
+            probability = excess / (tries + 1)
             # Drawn only when a refusal is possible, so a healthy host leaves the session's
             # random sequence (the backoff jitter) exactly as it would be without a throttle.
             if self._rng.random() >= probability:
@@ -108,7 +115,9 @@ class AdaptiveThrottle:
         """Count one sent try the host answered; *accepted* unless it failed (5xx, 429, a
         transport error or a timeout)."""
         with self._lock:
-            self._slide()
+            now = self._clock.monotonic() // self._width
+            if now > self._newest:
+                self._slide(int(now))
             index = self._newest % self._buckets
             self._tries[index] += 1
             self._total_tries += 1
@@ -125,7 +134,7 @@ class AdaptiveThrottle:
 
     def snapshot(self) -> ThrottleSnapshot:
         with self._lock:
-            self._slide()
+            self._slide(int(self._clock.monotonic() // self._width))
             tries, accepts = self._total_tries, self._total_accepts
             return ThrottleSnapshot(
                 self._probability(tries, accepts), tries, accepts, self._throttled
@@ -139,9 +148,8 @@ class AdaptiveThrottle:
             return 0.0
         return excess / (tries + 1)
 
-    def _slide(self) -> None:
-        """Move the window up to now, emptying the buckets that fell out of it."""
-        now = int(self._clock.monotonic() // self._width)
+    def _slide(self, now: int) -> None:
+        """Move the window up to bucket *now*, emptying the buckets that fell out of it."""
         newest = self._newest
         if now <= newest:
             # Still the newest bucket (or a clock that stepped back, kept in it).
