@@ -1,4 +1,4 @@
-"""The pipeline's stages, outermost first: events > budget > decide > breaker > limit > deadline."""
+"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .deadline import EnforceDeadline
 from .decide import Decide
 from .events import EmitEvents
 from .limit import LimitConcurrency
+from .throttle import throttle_tries
 
 __all__ = ["standard_chain", "standard_stages"]
 
@@ -28,6 +29,7 @@ def standard_stages(
         spend_budget,
         Decide(clock, rng),
         guard_with_breaker,
+        throttle_tries,
         LimitConcurrency(clock),
         EnforceDeadline(clock),
     ]

@@ -11,6 +11,7 @@ from resilient_session.state.breaker import BreakerState, TryResult
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT
+_CLOSED = BreakerState.CLOSED
 
 
 def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -41,8 +42,18 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         permit, try_result(outcome), refused is None, refused is _DEADLINE_SPENT
     )
     if transition is not None:
+        if transition.to_state is _CLOSED:
+            reset_throttle(attempt)
         emit_transition(transition)
     return outcome.with_breaker(state)
+
+
+def reset_throttle(attempt: Attempt) -> None:
+    """Start the host's throttle window afresh: a probe just proved the host healthy, and the
+    failures that opened the breaker must not go on refusing tries it would now answer."""
+    throttle = attempt.call.state.throttle
+    if throttle is not None:
+        throttle.reset()
 
 
 def try_result(outcome: Outcome) -> TryResult:
