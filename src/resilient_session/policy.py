@@ -144,11 +144,11 @@ class LimitPolicy(StrictStruct, frozen=True):
     """An adaptive cap on this client's tries in flight to one host (AIMD)."""
 
     enabled: bool = True
-    initial: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 20
+    initial: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 32
     min: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 4
     max: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
     backoff_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.9
-    max_wait: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 0.25
+    max_wait: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 0.5
 
     def __post_init__(self) -> None:
         if self.max < self.min:
