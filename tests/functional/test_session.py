@@ -5,12 +5,9 @@ from __future__ import annotations
 import inspect
 import io
 import pickle
-from collections.abc import Iterator
 
 import pytest
 import requests
-import responses
-from responses.registries import OrderedRegistry
 
 from resilient_session import (
     CircuitOpenError,
@@ -20,21 +17,9 @@ from resilient_session import (
     deadline,
 )
 from resilient_session.state.registry import HostRegistry
-from resilient_session.testing import FakeClock
+from tests.functional.conftest import FAST
 
 URL = "http://svc.test/items"
-FAST = {"defaults": {"retry": {"backoff_base": 0.05, "backoff_cap": 0.1}}}
-
-
-@pytest.fixture
-def mock() -> Iterator[responses.RequestsMock]:
-    with responses.RequestsMock(registry=OrderedRegistry) as rsps:
-        yield rsps
-
-
-@pytest.fixture
-def session(clock: FakeClock) -> ResilientSession:
-    return ResilientSession(FAST, clock=clock)
 
 
 def test_every_try_reaches_the_transport(mock, session):

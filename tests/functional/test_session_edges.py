@@ -5,20 +5,16 @@ from __future__ import annotations
 import array
 import copy
 import pickle
-from collections.abc import Iterator
 
 import pytest
 import requests
-import responses
-from responses.registries import OrderedRegistry
 
 from resilient_session import HostRegistry, ResilientAdapter, ResilientSession
 from resilient_session.body import DRAIN_LIMIT
-from resilient_session.testing import FakeClock
+from tests.functional.conftest import FAST
 
 URL = "http://svc.test/items"
 HOST = "http://svc.test:80"
-FAST = {"defaults": {"retry": {"backoff_base": 0.05, "backoff_cap": 0.1}}}
 
 
 def registry_of(session: ResilientSession) -> HostRegistry:
@@ -26,17 +22,6 @@ def registry_of(session: ResilientSession) -> HostRegistry:
     adapter = session.get_adapter(URL)
     assert isinstance(adapter, ResilientAdapter)
     return adapter.registry
-
-
-@pytest.fixture
-def mock() -> Iterator[responses.RequestsMock]:
-    with responses.RequestsMock(registry=OrderedRegistry) as rsps:
-        yield rsps
-
-
-@pytest.fixture
-def session(clock: FakeClock) -> ResilientSession:
-    return ResilientSession(FAST, clock=clock)
 
 
 def test_copy_is_a_second_handle_that_leaves_the_original_working(mock, session):
