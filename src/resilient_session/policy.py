@@ -93,7 +93,7 @@ class BudgetPolicy(StrictStruct, frozen=True):
 class BreakerPolicy(StrictStruct, frozen=True):
     """The per-host circuit breaker."""
 
-    failure_threshold: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5
+    failure_threshold: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20
     recovery_timeout: Seconds = 5.0
     recovery_timeout_max: Seconds = 60.0
     half_open_max_calls: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 1
