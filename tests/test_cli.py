@@ -201,11 +201,11 @@ def test_check_host_prints_the_merged_policy_as_yaml(capsys, config_file):
 @pytest.mark.parametrize(
     ("host", "attempts", "threshold"),
     [
-        ("db.internal.example:8443", 2, 5),
-        ("https://db.internal.example:8443", 2, 5),
-        ("db.internal.example", 3, 5),
+        ("db.internal.example:8443", 2, 20),
+        ("https://db.internal.example:8443", 2, 20),
+        ("db.internal.example", 3, 20),
         ("API.example.com:443", 3, 3),
-        ("[::1]:8080", 3, 5),
+        ("[::1]:8080", 3, 20),
     ],
 )
 def test_check_host_as_json(capsys, config_file, host, attempts, threshold):

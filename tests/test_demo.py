@@ -36,9 +36,10 @@ def _calls(scene: SceneResult) -> list[tuple[str, int, str, str, str]]:
 
 
 def test_every_scene_ends_with_its_decision_and_reason(played):
-    """Each of the 8 scenes ends as the contract says, with the exact number of tries."""
+    """Each of the 8 scenes of one-off calls ends as the contract says, with the exact number
+    of tries."""
     scenes, _ = played
-    assert [_calls(scene) for scene in scenes] == [
+    assert [_calls(scene) for scene in scenes[:8]] == [
         [("GET /flaky", 3, "success", "ok", "200 OK")],
         [("GET /throttled", 2, "success", "ok", "200 OK")],
         [("GET /busy", 1, "give_up", "retry_after_too_long", "503 Service Unavailable")],
@@ -58,7 +59,7 @@ def test_scene_figures(played):
     """Retry-After 1 is waited exactly; the budget holds 10 calls to 13 upstream hits, not 40."""
     scenes, _ = played
     assert scenes[1].calls[0].waits == (1.0,)
-    assert [scene.upstream_hits for scene in scenes] == [3, 2, 1, 1, 2, 2, 13, 3]
+    assert [scene.upstream_hits for scene in scenes[:8]] == [3, 2, 1, 1, 2, 2, 13, 3]
     assert scenes[6].calls[0].calls == 10
     assert "13 requests for 10 calls; 40 without a retry budget" in scenes[6].note
     assert 0.5 <= scenes[5].calls[0].elapsed < 1.0
@@ -70,12 +71,48 @@ def test_scene_figures(played):
     ]
 
 
+def _served(result: str) -> int:
+    """How many calls of a summed row ended in a 200: ``55x 200 OK, 37x 503 ...`` gives 55."""
+    counts = dict(part.split("x ", 1)[::-1] for part in result.split(", "))
+    return int(counts.get("200 OK", 0))
+
+
+def test_brownouts_keep_serving_and_spare_the_upstream(played):
+    """Half the tries failing at random: the breaker never opens, more than half the calls are
+    served, and the budget holds the upstream to at most 1 + ratio tries a call plus the
+    bucket's 10. Nine in ten failing: the throttle refuses most tries, so the upstream sees
+    fewer requests than calls."""
+    scenes, events = played
+    half, heavy = scenes[8].calls[0], scenes[9].calls[0]
+    assert (half.calls, heavy.calls) == (100, 100)
+    assert _served(half.result) > 50
+    assert 100 <= scenes[8].upstream_hits <= 100 + 20 + 10
+    assert "the breaker never opens" in scenes[8].note
+    assert [e for e in events if e.get("event") == "breaker.transition"][3:] == []
+    refused = heavy.tries - scenes[9].upstream_hits
+    assert refused >= 60
+    assert scenes[9].upstream_hits < 60
+    assert f"the throttle refused {refused} tries locally" in scenes[9].note
+
+
+def test_hang_is_held_to_the_limit(played):
+    """Twelve calls at once to a hanging host: the limit of 4 lets 4 tries through, which time
+    out; the other 8 wait 0.2 s for a slot and fail fast, well before the read timeout."""
+    scenes, _ = played
+    [hang] = scenes[10].calls
+    assert (hang.calls, hang.tries, scenes[10].upstream_hits) == (12, 12, 4)
+    assert hang.result == "8x ConcurrencyLimitError, 4x ReadTimeout"
+    assert (hang.decision, hang.reason) == ("fail_fast", "concurrency_limit")
+    assert hang.elapsed < 1.0
+
+
 def test_streamed_events_are_valid_json_lines(played):
-    """28 http.try and 3 breaker.transition lines stream, each valid against the schema."""
-    _, events = played
+    """One http.try per try of every scene and 3 breaker.transition lines stream, each valid
+    against the schema."""
+    scenes, events = played
     kinds = [event["event"] for event in events]
-    assert kinds.count("demo.scene") == 8
-    assert kinds.count("http.try") == 28
+    assert kinds.count("demo.scene") == 11
+    assert kinds.count("http.try") == sum(call.tries for scene in scenes for call in scene.calls)
     assert kinds.count("breaker.transition") == 3
     validator = jsonschema.Draft202012Validator(SCHEMA)
     ours = [event for event in events if event["event"] != "demo.scene"]
@@ -95,10 +132,11 @@ def test_demo_command_with_stdout_flag(capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     lines = captured.out.splitlines()
-    assert sum(1 for line in lines if line.startswith('{"method"')) == 28
     table = lines[lines.index("") + 1 :]
     assert table[0].split()[:3] == ["scene", "call", "tries"]
-    assert table[-1].startswith("8 scenes in ")
+    events = sum(1 for line in lines if line.startswith('{"method"'))
+    assert events > 28 + 12
+    assert table[-1].startswith("11 scenes in ")
 
 
 def test_demo_subprocess_finishes_fast_with_a_table():
@@ -113,7 +151,7 @@ def test_demo_subprocess_finishes_fast_with_a_table():
     assert done.returncode == 0
     assert "Traceback" not in done.stderr
     stderr = [json.loads(line) for line in done.stderr.splitlines()]
-    assert sum(1 for event in stderr if event["event"] == "http.try") == 28
+    assert sum(1 for event in stderr if event["event"] == "http.try") > 28 + 12
     expected = [
         ("1 503 retried to success", "success", "ok"),
         ("2 429 Retry-After honoured", "success", "ok"),
@@ -123,13 +161,14 @@ def test_demo_subprocess_finishes_fast_with_a_table():
         ("6 deadline cuts a hang", "give_up", "deadline"),
         ("7 outage: budget holds retries", "give_up", "budget_exhausted"),
         ("8 breaker opens, probes, closes", "give_up", "breaker_open"),
+        ("11 hang held by the limit", "fail_fast", "concurrency_limit"),
     ]
     for start, decision, reason in expected:
         words = _row(done.stdout, start)
         # From the right: a scene's title may contain the decision's word too.
         at = len(words) - 1 - words[::-1].index(decision)
         assert words[at + 1] == reason, start
-    assert done.stdout.splitlines()[-1].startswith("8 scenes in ")
+    assert done.stdout.splitlines()[-1].startswith("11 scenes in ")
 
 
 def _row(table: str, start: str) -> list[str]:

@@ -9,7 +9,13 @@ from .attempt import Reason, Verdict
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .config import Config, load
 from .deadline import deadline, remaining
-from .errors import CircuitOpenError, ConfigError, DeadlineExceeded
+from .errors import (
+    CircuitOpenError,
+    ConcurrencyLimitError,
+    ConfigError,
+    DeadlineExceeded,
+    ThrottledError,
+)
 from .redact import redact_text, redact_url
 from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
@@ -27,6 +33,7 @@ __all__ = [
     "BreakerState",
     "CircuitOpenError",
     "Clock",
+    "ConcurrencyLimitError",
     "Config",
     "ConfigError",
     "DeadlineExceeded",
@@ -36,6 +43,7 @@ __all__ = [
     "ResilientAdapter",
     "ResilientSession",
     "SystemClock",
+    "ThrottledError",
     "Verdict",
     "__version__",
     "deadline",

@@ -44,6 +44,8 @@ class Reason(str, Enum):
     DEADLINE = "deadline"
     BUDGET_EXHAUSTED = "budget_exhausted"
     DEADLINE_SPENT = "deadline_spent"
+    THROTTLED = "throttled"
+    CONCURRENCY_LIMIT = "concurrency_limit"
 
 
 class Decision(NamedTuple):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
@@ -20,7 +22,7 @@ import structlog
 from .clock import SYSTEM_CLOCK
 from .render import json_processors
 from .session import ResilientSession
-from .upstream import FlakyUpstream, Hang, Reply
+from .upstream import Flaky, FlakyUpstream, Hang, Reply
 
 SCENE_EVENT: Final = "demo.scene"
 
@@ -126,6 +128,21 @@ def _summarise(label: str, events: list[dict[str, Any]], result: str, elapsed: f
     )
 
 
+def _summed(label: str, calls: Sequence[CallResult]) -> CallResult:
+    """Many calls alike as one row: tries and waits added up, the results counted."""
+    results = Counter(call.result for call in calls)
+    return CallResult(
+        label=label,
+        calls=sum(call.calls for call in calls),
+        tries=sum(call.tries for call in calls),
+        waits=tuple(wait for call in calls for wait in call.waits),
+        decision=calls[-1].decision,
+        reason=calls[-1].reason,
+        result=", ".join(f"{count}x {result}" for result, count in results.most_common()),
+        elapsed=sum(call.elapsed for call in calls),
+    )
+
+
 def _overload_retried(stage: _Stage) -> tuple[list[CallResult], str]:
     stage.upstream.script("/flaky", Reply(503), Reply(503), Reply(200, body=b"ok"))
     with stage.session() as session:
@@ -195,17 +212,7 @@ def _outage_budget(stage: _Stage) -> tuple[list[CallResult], str]:
         for _ in range(_OUTAGE_CALLS):
             calls.append(stage.call(session, "GET", "/down"))
     hits = stage.upstream.hits("/down")
-    summed = CallResult(
-        label=f"{_OUTAGE_CALLS}x GET /down",
-        calls=sum(call.calls for call in calls),
-        tries=sum(call.tries for call in calls),
-        waits=tuple(wait for call in calls for wait in call.waits),
-        decision=calls[-1].decision,
-        reason=calls[-1].reason,
-        result=f"{_OUTAGE_CALLS}x {calls[-1].result}",
-        elapsed=sum(call.elapsed for call in calls),
-    )
-    return [summed], (
+    return [_summed(f"{_OUTAGE_CALLS}x GET /down", calls)], (
         f"upstream saw {hits} requests for {_OUTAGE_CALLS} calls; "
         f"{_OUTAGE_CALLS * _OUTAGE_ATTEMPTS} without a retry budget"
     )
@@ -231,6 +238,83 @@ def _breaker_cycle(stage: _Stage) -> tuple[list[CallResult], str]:
     )
 
 
+_BROWNOUT_CALLS: Final = 100
+# Backoff short enough that a hundred calls take a moment; the decisions are the same.
+_BROWNOUT_RETRY: Final = {"backoff_base": 0.002, "backoff_cap": 0.005}
+
+
+def _brownout(stage: _Stage, path: str, rate: float) -> tuple[CallResult, int, int]:
+    stage.upstream.script(path, Flaky(rate, seed=11))
+    with stage.session(retry=_BROWNOUT_RETRY) as session:
+        calls = [stage.call(session, "GET", path) for _ in range(_BROWNOUT_CALLS)]
+        refused = session.health()[f"http://127.0.0.1:{stage.upstream.port}"].refused
+    served = sum(1 for call in calls if call.result.startswith("200"))
+    return _summed(f"{_BROWNOUT_CALLS}x GET {path}", calls), served, refused
+
+
+def _brownout_keeps_serving(stage: _Stage) -> tuple[list[CallResult], str]:
+    row, served, refused = _brownout(stage, "/brownout", 0.5)
+    hits = stage.upstream.hits("/brownout")
+    return [row], (
+        f"half the tries fail at random: the breaker never opens and {served} of "
+        f"{_BROWNOUT_CALLS} calls are served, where one try each would serve about half "
+        f"(upstream saw {hits} requests; {refused} tries throttled while failures ran over half)"
+    )
+
+
+def _brownout_throttled(stage: _Stage) -> tuple[list[CallResult], str]:
+    row, served, refused = _brownout(stage, "/sinking", 0.9)
+    hits = stage.upstream.hits("/sinking")
+    return [row], (
+        f"nine tries in ten fail: the throttle refused {refused} tries locally, so the upstream "
+        f"saw {hits} requests for {_BROWNOUT_CALLS} calls; {served} were served"
+    )
+
+
+_HANG_CALLS: Final = 12
+_HANG_LIMIT: Final = 4
+
+
+def _hang_held(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/stuck", Hang(1.0))
+    with stage.session(
+        retry={"max_attempts": 1},
+        timeout={"read": 0.6},
+        limit={"initial": _HANG_LIMIT, "min": 2, "max_wait": 0.2},
+    ) as session:
+        stage.recorder.take()
+        started = SYSTEM_CLOCK.monotonic()
+        with ThreadPoolExecutor(max_workers=_HANG_CALLS) as pool:
+            results = list(pool.map(lambda _: _outcome(session, stage), range(_HANG_CALLS)))
+        elapsed = SYSTEM_CLOCK.monotonic() - started
+        events = stage.recorder.take()
+    tries = [event for event in events if event.get("event") == "http.try"]
+    counted = Counter(results)
+    row = CallResult(
+        label=f"{_HANG_CALLS}x GET /stuck at once",
+        calls=_HANG_CALLS,
+        tries=len(tries),
+        waits=(),
+        decision="fail_fast",
+        reason="concurrency_limit",
+        result=", ".join(f"{count}x {result}" for result, count in counted.most_common()),
+        elapsed=elapsed,
+    )
+    hits = stage.upstream.hits("/stuck")
+    return [row], (
+        f"the host hangs: {hits} tries reached it (the limit), the other "
+        f"{counted['ConcurrencyLimitError']} calls failed fast after waiting 0.2 s for a slot"
+    )
+
+
+def _outcome(session: ResilientSession, stage: _Stage) -> str:
+    try:
+        response = session.get(stage.upstream.url("/stuck"))
+    except requests.RequestException as exc:
+        return type(exc).__name__
+    return f"{response.status_code} {response.reason}"
+
+
 _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]], ...]] = (
     ("503 retried to success", _overload_retried),
     ("429 Retry-After honoured", _retry_after_honoured),
@@ -240,6 +324,9 @@ _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]
     ("deadline cuts a hang", _deadline_cuts_hang),
     ("outage: budget holds retries", _outage_budget),
     ("breaker opens, probes, closes", _breaker_cycle),
+    ("brownout keeps serving", _brownout_keeps_serving),
+    ("heavy brownout throttled", _brownout_throttled),
+    ("hang held by the limit", _hang_held),
 )
 
 

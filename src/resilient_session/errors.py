@@ -22,6 +22,24 @@ class CircuitOpenError(requests.exceptions.ConnectionError):
     """
 
 
+class ThrottledError(CircuitOpenError):
+    """The host's adaptive throttle refused the try locally: the host has been failing a large
+    share of recent tries, and this client sends it only what it is likely to answer.
+
+    A subclass of ``CircuitOpenError``, so ``except CircuitOpenError`` (and ``except
+    requests.ConnectionError``) catch every local refusal.
+    """
+
+
+class ConcurrencyLimitError(CircuitOpenError):
+    """The host's concurrency limit was full and no slot freed within ``limit.max_wait``: this
+    client already has as many tries in flight to the host as it currently takes.
+
+    A subclass of ``CircuitOpenError``, so ``except CircuitOpenError`` (and ``except
+    requests.ConnectionError``) catch every local refusal.
+    """
+
+
 class ConfigError(requests.exceptions.RequestException, ValueError):
     """The configuration is invalid; the message names the dotted key path and the bad value."""
 

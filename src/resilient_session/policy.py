@@ -93,7 +93,7 @@ class BudgetPolicy(StrictStruct, frozen=True):
 class BreakerPolicy(StrictStruct, frozen=True):
     """The per-host circuit breaker."""
 
-    failure_threshold: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5
+    failure_threshold: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20
     recovery_timeout: Seconds = 5.0
     recovery_timeout_max: Seconds = 60.0
     half_open_max_calls: Annotated[int, msgspec.Meta(ge=1, le=1_000)] = 1
@@ -126,12 +126,48 @@ class TimeoutPolicy(StrictStruct, frozen=True):
     read: Seconds = 30.0
 
 
+class ThrottlePolicy(StrictStruct, frozen=True):
+    """Client-side adaptive throttling: refuse locally the share of tries the host would fail.
+
+    Over the last ``window`` seconds, with ``tries`` wanted (refused ones included) and
+    ``accepts`` answered without failure, a try is refused with probability
+    ``max(0, (tries - k * accepts) / (tries + 1))`` once the window holds ``min_tries``.
+    """
+
+    enabled: bool = True
+    k: Annotated[float, msgspec.Meta(ge=1, le=100)] = 2.0
+    window: Annotated[float, msgspec.Meta(ge=1, le=DAY)] = 30.0
+    min_tries: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20
+
+
+class LimitPolicy(StrictStruct, frozen=True):
+    """An adaptive cap on this client's tries in flight to one host (AIMD)."""
+
+    enabled: bool = True
+    initial: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 32
+    min: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 4
+    max: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
+    backoff_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.9
+    max_wait: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max < self.min:
+            raise ValueError(f"max: must be >= min ({self.min}), got {self.max}")
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(
+                f"initial: must be between min ({self.min}) and max ({self.max}), "
+                f"got {self.initial}"
+            )
+
+
 class HostPolicy(StrictStruct, frozen=True):
     """Everything that applies to one host, after merging its entry over the defaults."""
 
     retry: RetryPolicy = RetryPolicy()
     budget: BudgetPolicy = BudgetPolicy()
     breaker: BreakerPolicy = BreakerPolicy()
+    throttle: ThrottlePolicy = ThrottlePolicy()
+    limit: LimitPolicy = LimitPolicy()
     deadline: DeadlinePolicy = DeadlinePolicy()
     timeout: TimeoutPolicy = TimeoutPolicy()
 

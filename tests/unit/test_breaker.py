@@ -55,9 +55,9 @@ def succeed(breaker: CircuitBreaker) -> BreakerState:
 
 
 def test_opens_after_consecutive_failures(clock):
-    """Four failures leave it closed; the fifth opens it and returns the transition."""
+    """Nineteen failures leave it closed; the twentieth opens it and returns the transition."""
     breaker = make(clock)
-    assert fail(breaker, 4) == []
+    assert fail(breaker, 19) == []
     assert breaker.state is BreakerState.CLOSED
     assert fail(breaker) == [Transition(breaker.host, BreakerState.CLOSED, BreakerState.OPEN, 1)]
     assert breaker.allow() == (None, None)
@@ -417,3 +417,25 @@ def test_probe_permit_released_when_inner_stage_raises(harness, clock):
         drive(standard_chain(exploding, clock=clock, rng=h.rng), h.first_attempt(), clock)
     outcome, transport = h.run(200)
     assert (transport.calls, outcome.status) == (1, 200)
+
+
+def test_default_stays_closed_when_half_the_tries_fail_at_random(clock):
+    """A host failing half its tries at random is the throttle's case, not the breaker's: the
+    default threshold of 20 consecutive failures is not reached in 20,000 such tries (a run of
+    20 comes about once in two million tries)."""
+    breaker = make(clock)
+    coin = random.Random(7)
+    for _ in range(20_000):
+        if coin.random() < 0.5:
+            fail(breaker)
+        else:
+            succeed(breaker)
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.snapshot().openings == 0
+
+
+def test_default_opens_within_twenty_tries_of_a_total_outage(clock):
+    """A host that is down is still cut off fast: the twentieth failure in a row opens it."""
+    breaker = make(clock)
+    opened_at = next(n for n in range(1, 100) if fail(breaker))
+    assert opened_at == 20

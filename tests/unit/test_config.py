@@ -25,7 +25,7 @@ def test_none_gives_builtin_defaults(monkeypatch):
     assert (policy.retry.max_attempts, policy.budget.ratio, policy.breaker.failure_threshold) == (
         4,
         0.2,
-        5,
+        20,
     )
     assert (policy.timeout.connect, policy.timeout.read, policy.deadline.header) == (
         5.0,

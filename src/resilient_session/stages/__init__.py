@@ -1,4 +1,4 @@
-"""The pipeline's stages, outermost first: events > budget > decide > breaker > deadline."""
+"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from .budget import spend_budget
 from .deadline import EnforceDeadline
 from .decide import Decide
 from .events import EmitEvents
+from .limit import LimitConcurrency
+from .throttle import throttle_tries
 
 __all__ = ["standard_chain", "standard_stages"]
 
@@ -27,6 +29,8 @@ def standard_stages(
         spend_budget,
         Decide(clock, rng),
         guard_with_breaker,
+        throttle_tries,
+        LimitConcurrency(clock),
         EnforceDeadline(clock),
     ]
 

@@ -9,6 +9,10 @@ from resilient_session.events import emit_transition
 from resilient_session.pipeline import Next
 from resilient_session.state.breaker import BreakerState, TryResult
 
+# The breaker counts this refusal from inside; the throttle and the limit count their own.
+_DEADLINE_SPENT = Reason.DEADLINE_SPENT
+_CLOSED = BreakerState.CLOSED
+
 
 def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Fail fast while the host's breaker is open; otherwise send and count the result."""
@@ -33,10 +37,23 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         # Recorded even then, so a half-open probe slot is never leaked.
         breaker.record(permit, TryResult.NEUTRAL)
         raise
-    state, transition = breaker.record(permit, try_result(outcome), outcome.refused is None)
+    refused = outcome.refused
+    state, transition = breaker.record(
+        permit, try_result(outcome), refused is None, refused is _DEADLINE_SPENT
+    )
     if transition is not None:
+        if transition.to_state is _CLOSED:
+            reset_throttle(attempt)
         emit_transition(transition)
     return outcome.with_breaker(state)
+
+
+def reset_throttle(attempt: Attempt) -> None:
+    """Start the host's throttle window afresh: a probe just proved the host healthy, and the
+    failures that opened the breaker must not go on refusing tries it would now answer."""
+    throttle = attempt.call.state.throttle
+    if throttle is not None:
+        throttle.reset()
 
 
 def try_result(outcome: Outcome) -> TryResult:

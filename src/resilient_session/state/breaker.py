@@ -134,13 +134,13 @@ class CircuitBreaker:
             return self._closed_permit, transition
 
     def record(
-        self, permit: Permit, result: TryResult, sent: bool = True
+        self, permit: Permit, result: TryResult, sent: bool = True, counted: bool = True
     ) -> tuple[BreakerState, Transition | None]:
         """Count the result of an admitted try; returns the state after it.
 
-        A try admitted here but refused by a guard inside, never sent (*sent* false: the
-        deadline stage's refusal), is no try: it is counted apart, in ``refused_inside``, and
-        only gives back its probe slot.
+        A try admitted here but refused by a guard inside, never sent (*sent* false), is no
+        try: it only gives back its probe slot, and is counted in ``refused_inside`` unless
+        *counted* is false (a guard that keeps its own count of its refusals).
         """
         with self._lock:
             if result is _SUCCESS and permit is self._closed_permit and self._window is None:
@@ -150,7 +150,7 @@ class CircuitBreaker:
                 return _STILL_CLOSED
             if sent:
                 self._tries += 1
-            else:
+            elif counted:
                 self._refused_inside += 1
             if result is TryResult.FAILURE:
                 self._failures += 1

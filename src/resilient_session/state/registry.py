@@ -1,4 +1,4 @@
-"""Per-host state (breaker, budget, merged policy) in a bounded, thread-safe registry."""
+"""Per-host state (breaker, budget, concurrency limit, policy) in a bounded, thread-safe map."""
 
 from __future__ import annotations
 
@@ -14,8 +14,13 @@ from resilient_session.policy import HostPolicy
 
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
+from .limit import ConcurrencyLimit, LimitSnapshot
+from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# What health shows for a host whose throttle or concurrency limit is disabled.
+_NO_THROTTLE = ThrottleSnapshot(0.0, 0, 0, 0)
+_NO_LIMIT = LimitSnapshot(0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +31,12 @@ class HostState:
     policy: HostPolicy
     breaker: CircuitBreaker
     bucket: TokenBucket
+    # None when the host's throttle is disabled: the stage then costs one attribute check.
+    throttle: AdaptiveThrottle | None
     # (connect, read) for a try whose caller gave no timeout, built once rather than per call.
     default_timeout: tuple[float, float]
+    # None when the policy disables it: the stage then costs one attribute check.
+    limit: ConcurrencyLimit | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +44,9 @@ class HostHealth:
     """A read-only view of one host, as a service's /health endpoint would show it.
 
     A *try* is one sent toward the upstream, admitted by every local guard. A try refused
-    locally (breaker open, deadline spent: a ``fail_fast`` event) is no try: it is counted in
-    ``refused``. So ``tries`` equals the ``http.try`` events whose decision is not
-    ``fail_fast``, and ``refused`` those whose decision is.
+    locally (breaker open, throttled, concurrency limit full, deadline spent: a ``fail_fast``
+    event) is no try: it is counted in ``refused``. So ``tries`` equals the ``http.try`` events
+    whose decision is not ``fail_fast``, and ``refused`` those whose decision is.
 
     Attributes:
         breaker: the breaker's state now.
@@ -47,10 +56,17 @@ class HostHealth:
         tries: tries sent toward the upstream, first tries and retries alike.
         retries: retries the budget paid a token for; one refused after its wait counts too.
         failures: sent tries that failed in the breaker's eyes: transport errors, timeouts, 5xx.
-        refused: tries refused locally, never sent: ``rejected`` plus ``deadline_spent``.
+        refused: tries refused locally, never sent: ``rejected`` plus ``deadline_spent``
+            plus ``throttled`` plus ``limited``.
         rejected: tries the breaker refused, open or out of half-open probe slots.
         deadline_spent: tries refused because the call's deadline was spent before them.
         budget_exhausted: retries not made because the budget had no whole token left.
+        throttle_probability: the chance the adaptive throttle refuses the next try now; 0
+            while its window holds fewer than ``min_tries`` tries, or when it is disabled.
+        throttled: tries the adaptive throttle refused.
+        limit: the concurrency limit now, in tries; 0 when the limit is disabled.
+        in_flight: tries holding a slot of the limit now; 0 when the limit is disabled.
+        limited: tries the concurrency limit refused, no slot freed within ``max_wait``.
     """
 
     breaker: BreakerState
@@ -64,6 +80,11 @@ class HostHealth:
     rejected: int
     deadline_spent: int
     budget_exhausted: int
+    throttle_probability: float
+    throttled: int
+    limit: int
+    in_flight: int
+    limited: int
 
     def as_dict(self) -> dict[str, str | int | float]:
         """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
@@ -170,7 +191,11 @@ class HostRegistry:
             policy,
             CircuitBreaker(key, policy.breaker, self._clock, self._rng),
             TokenBucket(policy.budget, self._clock),
+            AdaptiveThrottle(policy.throttle, self._clock, self._rng)
+            if policy.throttle.enabled
+            else None,
             (policy.timeout.connect, policy.timeout.read),
+            ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
         )
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
@@ -188,6 +213,8 @@ class HostRegistry:
         for state in states:
             breaker = state.breaker.snapshot()
             budget = state.bucket.snapshot()
+            throttle = state.throttle.snapshot() if state.throttle is not None else _NO_THROTTLE
+            limit = state.limit.snapshot() if state.limit is not None else _NO_LIMIT
             result[state.key] = HostHealth(
                 breaker=breaker.state,
                 open_for=breaker.open_for,
@@ -196,10 +223,18 @@ class HostRegistry:
                 tries=breaker.tries,
                 retries=budget.retries,
                 failures=breaker.failures,
-                refused=breaker.rejected + breaker.refused_inside,
+                refused=breaker.rejected
+                + breaker.refused_inside
+                + throttle.throttled
+                + limit.limited,
                 rejected=breaker.rejected,
-                # The deadline stage is the one guard inside the breaker that refuses tries.
+                # Of the guards inside it, the breaker counts the deadline's refusals only.
                 deadline_spent=breaker.refused_inside,
                 budget_exhausted=budget.exhausted,
+                throttle_probability=throttle.probability,
+                throttled=throttle.throttled,
+                limit=limit.limit,
+                in_flight=limit.in_flight,
+                limited=limit.limited,
             )
         return result

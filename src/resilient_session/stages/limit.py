@@ -1,0 +1,91 @@
+"""The limit stage: a try takes one of the host's concurrency slots, or waits, or is refused."""
+
+from __future__ import annotations
+
+import requests
+
+from resilient_session.attempt import Attempt, Outcome, Reason
+from resilient_session.classify import is_transient_error
+from resilient_session.clock import Clock
+from resilient_session.errors import ConcurrencyLimitError, DeadlineExceeded
+from resilient_session.pipeline import Next
+from resilient_session.state.limit import Signal
+
+from .deadline import split_timeout
+
+_SUCCESS = Signal.SUCCESS
+_DROP = Signal.DROP
+_IGNORE = Signal.IGNORE
+
+
+class LimitConcurrency:
+    """Inside the breaker and the throttle, outside the deadline: a try waits for a slot before
+    the deadline stage clamps its timeouts, so it gets what is left after the wait."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        call = attempt.call
+        limit = call.state.limit
+        if limit is None:
+            return call_next(attempt)
+        deadline_at = call.deadline_at
+        if not limit.acquire(deadline_at):
+            error = ConcurrencyLimitError(
+                f"concurrency limit for {limit.host} is full ({limit.limit} tries in flight) "
+                "and no slot freed in time; the try was not sent",
+                request=attempt.request,
+            )
+            return Outcome(
+                error=error, refused=Reason.CONCURRENCY_LIMIT, fallback=attempt.last_real
+            )
+        # Read only for a call with a deadline: the one case where the try's length matters.
+        started = self._clock.monotonic() if deadline_at is not None else 0.0
+        signal = _IGNORE  # what a try that raised gives back: its slot, and nothing else
+        try:
+            outcome = call_next(attempt)
+            response = outcome.response
+            if response is not None and response.status_code < 400 and outcome.error is None:
+                signal = _SUCCESS  # the happy path, without a call
+            else:
+                signal = self._signal(attempt, outcome, started)
+        finally:
+            limit.release(signal)
+        return outcome
+
+    def _signal(self, attempt: Attempt, outcome: Outcome, started: float) -> Signal:
+        """What the try says about the host's capacity.
+
+        Any answer below 500 but the overload statuses is a success: the host took the try
+        and answered it, a 404 as well as a 200. The overload statuses (429 and 503 unless
+        configured otherwise) are drops, as are transport errors and timeouts: the host could
+        not take the try. Any other 5xx is ignored: the host answered, so it is not slow, but
+        a failing host is the breaker's and the throttle's to judge, and growing the limit on
+        its failures would send it more of them. A try refused inside (deadline spent) or
+        failed for a reason of ours (TLS, a bad URL) is ignored too.
+
+        A try cut short by the caller's deadline (``DeadlineExceeded``) is a drop only when it
+        lasted at least the host's own timeout, which would then have fired too: the host was
+        slow. A shorter one only says the caller was impatient, as for the breaker.
+        """
+        error = outcome.error
+        if error is None:
+            response = outcome.response
+            if response is None:  # pragma: no cover - an Outcome always holds one of the two
+                return _IGNORE
+            status = response.status_code
+            if status < 400:
+                return _SUCCESS
+            if status in attempt.call.state.policy.retry.overload_statuses:
+                return _DROP
+            return _IGNORE if status >= 500 else _SUCCESS
+        if outcome.refused is not None:
+            return _IGNORE
+        if isinstance(error, DeadlineExceeded):
+            connect, read = split_timeout(attempt.timeout)
+            own = connect if isinstance(error.__cause__, requests.ConnectTimeout) else read
+            if own is not None and self._clock.monotonic() - started >= own:
+                return _DROP
+            return _IGNORE
+        return _DROP if is_transient_error(error) else _IGNORE
