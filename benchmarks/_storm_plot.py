@@ -18,7 +18,7 @@ class Series:
     run: str
     stack: str
     width: float  # seconds per bin
-    offered: list[int]  # calls scheduled per bin
+    offered: list[int]  # calls issued per bin
     tries: list[int]  # tries the upstream saw per bin
     fault: tuple[float, float]
     states: list[tuple[float, str]]  # (seconds, breaker state)

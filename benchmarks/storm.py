@@ -5,15 +5,18 @@ schedule for all of them; each stack runs in a process of its own (benchmarks/_l
 the stacks). Scenarios, each run with every stack side by side:
 
   outage     healthy, then 6 s of 503s (one run) or of connection resets (another), then
-             healthy again; open loop at --rate calls/s per stack (320 by default)
+             healthy again; open loop at --rate calls/s per stack (160 by default: five
+             stacks at 320 each are more than this 2-core machine sustains, see
+             docs/benchmarks.md)
   brownout   random 503s at p = 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, one run each, 100 calls/s
   hang       for 6 s the upstream reads requests and never answers them, then heals; open
              loop at --rate calls/s per stack
   healthy    every answer 200 ms late; closed loop, 64 callers per stack calling back to back
 
 Open loop: a scheduler issues calls at fixed instants into a pool of worker threads, so a
-stalled stack cannot lower the load it is offered; latency runs from the scheduled instant,
-queueing included. Every try of every stack has the timeout (1 s connect, 5 s read).
+stalled stack cannot lower the load it is offered; latency runs from the instant a call is
+issued, queueing for a worker included. Every try of every stack has the timeout (1 s connect,
+5 s read).
 
 Usage: python benchmarks/storm.py [--quick] [--only SCENARIO] [--rate N] [--png PATH]
 """
@@ -45,8 +48,8 @@ SHARES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 BIN = 0.1
 HEALED_SHARE = 0.95
 # Past these, the run measured the machine rather than the stacks: say so beside the tables.
-ISSUE_LAG_LIMIT = 0.05
-LOOP_LAG_LIMIT = 0.05
+ISSUE_LAG_LIMIT = 0.1
+LOOP_LAG_LIMIT = 0.1
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class Plan:
 
 
 FULL = Plan(
-    rate=320,
+    rate=160,
     brownout_rate=100,
     workers=256,
     warmup=4,
@@ -80,7 +83,7 @@ FULL = Plan(
     drain=12,
 )
 QUICK = Plan(
-    rate=320,
+    rate=160,
     brownout_rate=100,
     workers=256,
     warmup=2,
@@ -173,6 +176,7 @@ class Lane:
     hits: list[Hit]
     states: list[tuple[float, str]]
     issue_lag: tuple[float, float]  # the scheduler's lateness issuing calls: p99 and worst
+    cpu: float  # CPU seconds the stack's process spent
 
 
 def run_variant(
@@ -200,6 +204,7 @@ def run_variant(
             [hit for hit in hits if hit.stack == index],
             result.states,
             result.issue_lag,
+            result.cpu,
         )
         for index, (name, result) in enumerate(zip(STACKS, results, strict=True))
     ], upstream.loop_lag
@@ -233,13 +238,14 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 def t95(records: Sequence[CallRecord], heal: float, end: float) -> float | None:
-    """Start of the first 0.5 s bin (by scheduled time) after healing from which every bin's
-    calls succeed at least 95% of the time; None if that never happens before the end."""
+    """Start of the first 0.5 s bin (by the instant calls were issued) after healing from which
+    every bin's calls succeed at least 95% of the time; None if that never happens before the
+    end."""
     width = 0.5
     bins = max(1, int((end - heal) / width))
     totals, oks = [0] * bins, [0] * bins
     for record in records:
-        slot = math.floor((record.scheduled - heal) / width + 1e-9)
+        slot = math.floor((record.issued - heal) / width + 1e-9)
         if 0 <= slot < bins:
             totals[slot] += 1
             oks[slot] += record.ok
@@ -266,7 +272,7 @@ def per_bin(lane: Lane, bins: int) -> list[int]:
 def measure(lane: Lane) -> Measures:
     variant = lane.variant
     start, end = variant.fault
-    inside = [r for r in lane.calls if start <= r.scheduled < end]
+    inside = [r for r in lane.calls if start <= r.issued < end]
     count = len(inside) or 1
     ids = {r.call_id for r in inside}
     tries = sum(1 for hit in lane.hits if hit.call_id in ids)
@@ -274,8 +280,8 @@ def measure(lane: Lane) -> Measures:
     window = round(1.0 / BIN)
     peak = max(sum(counts[i : i + window]) for i in range(max(1, len(counts) - window + 1)))
     heal = variant.heal
-    after = [r for r in lane.calls if heal is not None and r.scheduled >= heal]
-    latencies = [r.done - r.scheduled for r in inside]
+    after = [r for r in lane.calls if heal is not None and r.issued >= heal]
+    latencies = [r.done - r.issued for r in inside]
     refused = sum(r.refused for r in inside)
     return Measures(
         calls=len(inside),
@@ -300,7 +306,7 @@ def series(lane: Lane) -> Series:
     bins = int(lane.variant.duration / BIN) + 1
     offered = [0] * bins
     for record in lane.calls:
-        offered[min(bins - 1, math.floor(record.scheduled / BIN + 1e-9))] += 1
+        offered[min(bins - 1, math.floor(record.issued / BIN + 1e-9))] += 1
     return Series(
         lane.variant.name,
         lane.stack_name,
@@ -541,7 +547,12 @@ def main(argv: list[str] | None = None) -> int:
                 p99, worst = late.issue_lag
                 held = p99 <= ISSUE_LAG_LIMIT and loop_lag <= LOOP_LAG_LIMIT
                 lag = f"{seconds(p99)} / {seconds(worst)} ({late.stack_name})"
-                loads.append([variant.name, lag, seconds(loop_lag), "yes" if held else "NO"])
+                busiest = max(ran, key=lambda lane: lane.cpu)
+                # Cores the clients kept busy while calls were being made and drained.
+                span = variant.duration + plan.drain
+                cores = f"{sum(lane.cpu for lane in ran) / span:.2f} ({busiest.stack_name} "
+                cores += f"{busiest.cpu / span:.2f})"
+                loads.append([variant.name, cores, lag, seconds(loop_lag), "yes" if held else "NO"])
                 print(f"storm: {variant.name} done ({time.monotonic() - began:.0f} s)", flush=True)
                 lanes += ran
 
@@ -553,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n### brownout: goodput / tries per call, by failure rate p\n")
         print(brownout_summary(brownouts))
     print("\n### load: did the machine keep up?\n")
-    headers = ["run", "calls issued late by (p99 / worst, stack)", "upstream loop late by"]
+    headers = ["run", "client cores (busiest)", "calls issued late by (p99 / worst, stack)"]
+    headers.append("upstream loop late by")
     print(table([*headers, f"both <= {seconds(ISSUE_LAG_LIMIT)}"], loads))
     rows = verdicts(lanes, targets)
     print("\n### targets (ResilientSession)\n")
