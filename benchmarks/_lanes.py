@@ -43,6 +43,7 @@ STACKS = ("requests", "urllib3 Retry", "tenacity", "pybreaker+tenacity", "Resili
 # (connect, read) for every try of every stack: the hang outage is cut by the 5 s read timeout.
 TIMEOUT = (1.0, 5.0)
 _SAMPLE = 0.05  # seconds between two readings of a stack's breaker state
+_MOST_RUNS = 100  # a lane process serves at most this many runs
 
 
 class Stack:
@@ -208,7 +209,10 @@ def run_lane(stack: Stack, url: str, run: Run) -> LaneResult:
     stop = threading.Event()
 
     def sample() -> None:
-        while not stop.wait(_SAMPLE):
+        # Bounded in count too: the run's length and its drain, plus a margin.
+        for _ in range(int((run.duration + run.drain + 10) / _SAMPLE)):
+            if stop.wait(_SAMPLE):
+                return
             state = stack.state()
             if state is not None:
                 states.append((time.monotonic() - run.started, state))
@@ -315,7 +319,9 @@ def _serve(conn: Connection, stack_name: str, url: str, lifetime: float) -> None
     ends = time.monotonic() + lifetime
     # Bounded: the lane stops by itself at the end of its lifetime, or when its parent goes.
     with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):
-        while conn.poll(max(0.0, ends - time.monotonic())):
+        for _ in range(_MOST_RUNS):
+            if not conn.poll(max(0.0, ends - time.monotonic())):
+                return
             run = conn.recv()
             if not isinstance(run, Run):
                 return
