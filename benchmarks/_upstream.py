@@ -2,8 +2,10 @@
 
 One process runs one asyncio loop with one listening socket per client stack, so stacks that
 run side by side each have their own host (and their own breaker) while sharing one schedule.
-Each request gets a tiny fixed response or, as the schedule's current phase says, a 503 or a
-connection reset. With recording on, every request is logged as a ``Hit``.
+Each request gets a tiny fixed response or, as the schedule's current phase says, a 503, a
+connection reset, no answer at all (a hang), or its answer late. With recording on, every request
+is logged as a ``Hit``, and the loop's own lateness is tracked, so a run can show that the
+upstream kept up with what it was sent.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ UNAVAILABLE = (
 CALL_ID_HEADER = "X-Call-Id"
 _CALL_ID = b"\r\n" + CALL_ID_HEADER.lower().encode() + b":"
 RESET = 0
+HANG = -1
+# How often the loop checks its own lateness: a late tick means requests waited on the upstream.
+_TICK = 0.01
 # SO_LINGER on, zero seconds: close() sends RST instead of FIN, as a crashing upstream does.
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
@@ -38,17 +43,21 @@ class Phase:
     """From ``at`` seconds after the schedule starts: the share of requests that fail, and how.
 
     ``fail`` 0 is healthy, 1 a full outage, anything between a brownout; ``reset`` fails by
-    resetting the connection instead of answering 503.
+    resetting the connection instead of answering 503, ``hang`` by reading the request and never
+    answering it. ``latency`` delays every answer by that many seconds.
     """
 
     at: float
     fail: float
     reset: bool = False
+    hang: bool = False
+    latency: float = 0.0
 
 
 class Hit(NamedTuple):
     """One request the upstream saw: when (``time.monotonic()``, shared by every process on
-    Linux), on which stack's port, for which call, and what it answered (0 for a reset)."""
+    Linux), on which stack's port, for which call, and what it answered (0 for a reset, -1 for
+    a request it never answered)."""
 
     at: float
     stack: int
@@ -63,6 +72,7 @@ class _State:
         self.rng = random.Random(0)
         self.record = False
         self.hits: list[Hit] = []
+        self.lag = 0.0  # the loop's worst lateness since the last schedule or collect
 
     def phase(self, stack: int, now: float) -> Phase | None:
         if stack >= len(self.phases):
@@ -73,15 +83,16 @@ class _State:
                 current = phase
         return current
 
-    def answer(self, stack: int, head: bytes) -> int:
+    def answer(self, stack: int, head: bytes) -> tuple[int, float]:
+        """The status to answer with (or RESET, HANG) and how long to wait before answering."""
         now = time.monotonic()
         phase = self.phase(stack, now)
         status = 200
         if phase is not None and phase.fail > 0 and self.rng.random() < phase.fail:
-            status = RESET if phase.reset else 503
+            status = RESET if phase.reset else HANG if phase.hang else 503
         if self.record:
             self.hits.append(Hit(now, stack, _call_id(head), status))
-        return status
+        return status, phase.latency if phase is not None else 0.0
 
 
 def _call_id(head: bytes) -> int:
@@ -116,14 +127,27 @@ class _Handler(asyncio.Protocol):
         # The clients send GETs without bodies: a request ends at the blank line.
         while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
             head, self._buffer = self._buffer[:end], self._buffer[end + 4 :]
-            status = self._state.answer(self._stack, head)
+            status, latency = self._state.answer(self._stack, head)
             if status == RESET:
                 sock = transport.get_extra_info("socket")
                 if sock is not None:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
                 transport.abort()
                 return
-            transport.write(OK if status == 200 else UNAVAILABLE)
+            if status == HANG:
+                # Read and held: the connection stays open until the client gives up on it.
+                continue
+            body = OK if status == 200 else UNAVAILABLE
+            if latency > 0:
+                asyncio.get_running_loop().call_later(latency, _write, transport, body)
+            else:
+                transport.write(body)
+
+
+def _write(transport: asyncio.Transport, body: bytes) -> None:
+    # A client that timed out meanwhile has closed the connection: nothing to answer.
+    if not transport.is_closing():
+        transport.write(body)
 
 
 def _serve(conn: Connection, stacks: int, lifetime: float) -> None:
@@ -154,19 +178,31 @@ async def _main(conn: Connection, stacks: int, lifetime: float) -> None:
             started_at, phases, seed, record = args
             state.started_at, state.phases = started_at, tuple(map(tuple, phases))
             state.rng, state.record, state.hits = random.Random(seed), record, []
+            state.lag = 0.0
         elif kind == "collect":
-            conn.send(state.hits)
-            state.hits = []
+            conn.send((state.hits, state.lag))
+            state.hits, state.lag = [], 0.0
         elif not done.done():
             done.set_result(None)
 
     loop.add_reader(conn.fileno(), on_message)
+    watch = asyncio.ensure_future(_watch_lag(state, done))
     # Bounded: the upstream stops by itself even if the parent never says so.
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done, timeout=lifetime)
+    watch.cancel()
     loop.remove_reader(conn.fileno())
     for server in servers:
         server.close()
+
+
+async def _watch_lag(state: _State, done: asyncio.Future[None]) -> None:
+    expected = time.monotonic() + _TICK
+    while not done.done():
+        await asyncio.sleep(_TICK)
+        now = time.monotonic()
+        state.lag = max(state.lag, now - expected)
+        expected = now + _TICK
 
 
 class Upstream:
@@ -183,6 +219,8 @@ class Upstream:
     def __init__(self, stacks: int = 1, lifetime: float = 600.0) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
+        # The loop's worst lateness over the hits the last collect() returned, in seconds.
+        self.loop_lag = 0.0
         self._process = context.Process(
             target=_serve, args=(child, stacks, lifetime), name="upstream", daemon=True
         )
@@ -216,7 +254,8 @@ class Upstream:
         self._conn.send(("collect",))
         if not self._conn.poll(30):
             raise RuntimeError("the upstream did not answer")
-        hits: list[Any] = self._conn.recv()
+        hits: list[Any]
+        hits, self.loop_lag = self._conn.recv()
         return [Hit(*hit) for hit in hits]
 
     def close(self) -> None:

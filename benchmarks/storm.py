@@ -1,307 +1,213 @@
-"""Retry storms: what five client stacks do to an upstream in an outage and a brownout.
+"""Retry storms: what five client stacks do to an upstream in every failure shape.
 
-A loopback upstream (its own process) is healthy, then fails every request for 6 s (503s in
-one variant, connection resets in the other), then heals; a second scenario browns out (20%
-and 50% random 503s). Every stack runs side by side on its own port under the same schedule:
+A loopback upstream (its own process) serves each stack on a port of its own, under one
+schedule for all of them; each stack runs in a process of its own (benchmarks/_lanes.py lists
+the stacks). Scenarios, each run with every stack side by side:
 
-  requests            plain requests.Session
-  urllib3 Retry       HTTPAdapter(max_retries=Retry(total=3, backoff_factor=0.5,
-                      status_forcelist=[500, 502, 503, 504]))
-  tenacity            4 attempts, wait_random_exponential(multiplier=0.5, max=8), retrying
-                      errors and 5xx
-  pybreaker+tenacity  pybreaker.CircuitBreaker(fail_max=5, reset_timeout=5) around tenacity
-  ResilientSession    defaults
+  outage     healthy, then 6 s of 503s (one run) or of connection resets (another), then
+             healthy again; open loop at --rate calls/s per stack (160 by default: five
+             stacks at 320 each are more than this 2-core machine sustains, see
+             docs/benchmarks.md)
+  brownout   random 503s at p = 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, one run each, 100 calls/s
+  hang       for 6 s the upstream reads requests and never answers them, then heals; open
+             loop at --rate calls/s per stack
+  healthy    every answer 200 ms late; closed loop, 64 callers per stack calling back to back
 
-Clients are open loop: a scheduler issues calls at fixed instants into a bounded thread pool
-per stack, so a stalled stack cannot lower the load it is offered; latency runs from the
-scheduled instant, queueing included.
+Open loop: a scheduler issues calls at fixed instants into a pool of worker threads, so a
+stalled stack cannot lower the load it is offered; latency runs from the instant a call is
+issued, queueing for a worker included. Every try of every stack has the timeout (1 s connect,
+5 s read).
 
-Usage: python benchmarks/storm.py [--quick] [--png docs/storm.png]
+Usage: python benchmarks/storm.py [--quick] [--only SCENARIO] [--rate N] [--png PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import logging
 import math
+import os
 import platform
+import signal
 import sys
-import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
-import pybreaker
-import requests
-import tenacity
 from _common import table, verdict
-from _upstream import CALL_ID_HEADER, Hit, Phase, Upstream
-from requests.adapters import HTTPAdapter
-from urllib3.util import Retry
+from _lanes import STACKS, TIMEOUT, CallRecord, Lanes, Run
+from _storm_plot import Series, plot_brownout, plot_timeline
+from _upstream import Hit, Phase, Upstream
 
-from resilient_session import Config, ResilientAdapter, ResilientSession
+from resilient_session import Config
 
-STACKS = ("requests", "urllib3 Retry", "tenacity", "pybreaker+tenacity", "ResilientSession")
-# The same per-try timeouts for every stack; the upstream answers in well under a millisecond.
-TIMEOUT = (1.0, 2.0)
+SCENARIOS = ("outage", "brownout", "hang", "healthy")
+SHARES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 BIN = 0.1
 HEALED_SHARE = 0.95
+# Past these, the run measured the machine rather than the stacks: say so beside the tables.
+ISSUE_LAG_LIMIT = 0.1
+LOOP_LAG_LIMIT = 0.1
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Rates and durations; ``--quick`` keeps the whole run under a minute."""
+    """Rates and durations; ``--quick`` keeps the whole run to a few minutes."""
 
-    rate: float  # calls per second offered to each stack
-    pool: int  # worker threads per stack
+    rate: float  # outage and hang: calls per second offered to each stack
+    brownout_rate: float
+    workers: int  # open loop: worker threads per stack
     warmup: float  # healthy seconds before the fault
-    outage: float
+    outage: float  # the outage and the hang
     recovery: float  # healthy seconds after the outage
     brownout: float
+    healthy: float
+    callers: int  # healthy: calls in flight per stack
+    latency: float  # healthy: seconds before each answer
     drain: float  # longest wait for calls still running after the last is issued
 
 
-FULL = Plan(rate=50, pool=32, warmup=4, outage=6, recovery=12, brownout=12, drain=12)
-QUICK = Plan(rate=40, pool=32, warmup=1.5, outage=6, recovery=8, brownout=6, drain=8)
+FULL = Plan(
+    rate=160,
+    brownout_rate=100,
+    workers=256,
+    warmup=4,
+    outage=6,
+    recovery=12,
+    brownout=20,
+    healthy=10,
+    callers=64,
+    latency=0.2,
+    drain=12,
+)
+QUICK = Plan(
+    rate=160,
+    brownout_rate=100,
+    workers=256,
+    warmup=2,
+    outage=6,
+    recovery=8,
+    brownout=6,
+    healthy=5,
+    callers=64,
+    latency=0.2,
+    drain=6,
+)
 
 
 @dataclass(frozen=True)
 class Variant:
     """One fault pattern, run against every stack at once."""
 
+    scenario: str
     name: str
     phases: tuple[Phase, ...]
-    fault: tuple[float, float]  # seconds after the start: when the fault begins and ends
+    fault: tuple[float, float]  # seconds after the start: the window the measures look at
     heal: float | None  # seconds after the start at which the upstream is healthy again
+    rate: float  # calls per second per stack; 0 for the closed loop
+    duration: float  # seconds during which calls are made
+    share: float = 1.0  # the share of requests that fail during the fault
 
 
-def outage_variants(plan: Plan) -> list[Variant]:
-    start, end = plan.warmup, plan.warmup + plan.outage
+def variants(scenario: str, plan: Plan) -> list[Variant]:
+    start = plan.warmup
+    if scenario == "outage" or scenario == "hang":
+        end = start + plan.outage
+        kinds = (("hang", False),) if scenario == "hang" else (("503", False), ("resets", True))
+        return [
+            Variant(
+                scenario,
+                "hang" if kind == "hang" else f"outage, {kind}",
+                (
+                    Phase(0, 0.0),
+                    Phase(start, 1.0, reset=reset, hang=kind == "hang"),
+                    Phase(end, 0.0),
+                ),
+                (start, end),
+                end,
+                plan.rate,
+                end + plan.recovery,
+            )
+            for kind, reset in kinds
+        ]
+    if scenario == "brownout":
+        end = start + plan.brownout
+        return [
+            Variant(
+                scenario,
+                f"brownout {share:.0%}",
+                (Phase(0, 0.0), Phase(start, share)),
+                (start, end),
+                None,
+                plan.brownout_rate,
+                end,
+                share,
+            )
+            for share in SHARES
+        ]
     return [
         Variant(
-            f"outage, {kind}",
-            (Phase(0, 0.0), Phase(start, 1.0, reset=reset), Phase(end, 0.0)),
-            (start, end),
-            end,
+            scenario,
+            "healthy",
+            (Phase(0, 0.0, latency=plan.latency),),
+            (0.0, plan.healthy),
+            None,
+            0.0,
+            plan.healthy,
+            0.0,
         )
-        for kind, reset in (("503", False), ("resets", True))
     ]
 
 
-def brownout_variants(plan: Plan) -> list[Variant]:
-    start, end = plan.warmup, plan.warmup + plan.brownout
-    return [
-        Variant(f"brownout {share:.0%}", (Phase(0, 0.0), Phase(start, share)), (start, end), None)
-        for share in (0.2, 0.5)
-    ]
-
-
-# --- the stacks ---------------------------------------------------------------------------------
-
-
-class Stack:
-    """One client stack: ``call`` returns the final response or raises; ``state`` is the
-    breaker's state where the stack has one."""
-
-    def call(self, url: str, headers: dict[str, str]) -> requests.Response:
-        raise NotImplementedError
-
-    def state(self) -> str | None:
-        return None
-
-
-class PlainStack(Stack):
-    def __init__(self, pool: int, retry: Retry | None = None) -> None:
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_maxsize=pool, max_retries=retry if retry is not None else 0)
-        self.session.mount("http://", adapter)
-
-    def call(self, url: str, headers: dict[str, str]) -> requests.Response:
-        return self.session.get(url, headers=headers, timeout=TIMEOUT)
-
-
-def _is_server_error(response: requests.Response) -> bool:
-    return response.status_code >= 500
-
-
-def _last_outcome(state: tenacity.RetryCallState) -> Any:
-    # When attempts run out, end as the last try did: its response, or its exception.
-    assert state.outcome is not None
-    return state.outcome.result()
-
-
-class TenacityStack(Stack):
-    def __init__(self, pool: int) -> None:
-        self.session = requests.Session()
-        self.session.mount("http://", HTTPAdapter(pool_maxsize=pool))
-        self.retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(4),
-            wait=tenacity.wait_random_exponential(multiplier=0.5, max=8),
-            retry=tenacity.retry_if_exception_type(requests.RequestException)
-            | tenacity.retry_if_result(_is_server_error),
-            retry_error_callback=_last_outcome,
-        )
-
-    def call(self, url: str, headers: dict[str, str]) -> requests.Response:
-        response: requests.Response = self.retrying.copy()(
-            self.session.get, url, headers=headers, timeout=TIMEOUT
-        )
-        return response
-
-
-class BreakerTenacityStack(TenacityStack):
-    def __init__(self, pool: int) -> None:
-        super().__init__(pool)
-        self.breaker = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=5)
-
-    def call(self, url: str, headers: dict[str, str]) -> requests.Response:
-        def guarded() -> requests.Response:
-            response = TenacityStack.call(self, url, headers)
-            # pybreaker counts exceptions only: a final 5xx must raise to count as a failure.
-            response.raise_for_status()
-            return response
-
-        response: requests.Response = self.breaker.call(guarded)
-        return response
-
-    def state(self) -> str | None:
-        return str(self.breaker.current_state).replace("-", "_")
-
-
-class ResilientStack(Stack):
-    def __init__(self, pool: int) -> None:
-        self.session = ResilientSession()
-        # Only the pool size changes, as for the other stacks: one connection per worker.
-        self.session.mount(
-            "http://", ResilientAdapter(registry=self.session.registry, pool_maxsize=pool)
-        )
-        self._host = ""
-
-    def call(self, url: str, headers: dict[str, str]) -> requests.Response:
-        self._host = self._host or url.split("/", 3)[2]
-        return self.session.get(url, headers=headers, timeout=TIMEOUT)
-
-    def state(self) -> str | None:
-        for key, health in self.session.health().items():
-            if key.endswith(self._host) and self._host:
-                return str(health.breaker.value)
-        return "closed"
-
-
-def build_stack(name: str, pool: int) -> Stack:
-    if name == "requests":
-        return PlainStack(pool)
-    if name == "urllib3 Retry":
-        retry = Retry(total=3, backoff_factor=0.5, status_forcelist=[500, 502, 503, 504])
-        return PlainStack(pool, retry)
-    if name == "tenacity":
-        return TenacityStack(pool)
-    if name == "pybreaker+tenacity":
-        return BreakerTenacityStack(pool)
-    return ResilientStack(pool)
-
-
-# --- running a scenario ---------------------------------------------------------------------------
+# --- running a variant ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class CallRecord:
-    call_id: int
-    scheduled: float  # seconds after the start
-    done: float  # seconds after the start; inf when still running at the end of the drain
-    ok: bool
-    error: str | None
-
-
-@dataclass
 class Lane:
-    """One stack under one variant: its own port, pool, calls, hits and breaker samples."""
+    """What one stack did under one variant: its calls, the tries the upstream saw for it and
+    its breaker's states."""
 
     variant: Variant
     stack_name: str
-    stack: Stack
-    url: str
-    pool: ThreadPoolExecutor
-    started: float = 0.0  # time.monotonic() of the scenario's start; hits share that clock
-    calls: list[CallRecord] = field(default_factory=list)
-    hits: list[Hit] = field(default_factory=list)
-    states: list[tuple[float, str]] = field(default_factory=list)
+    started: float  # time.monotonic() of the variant's start; hits share that clock
+    calls: list[CallRecord]
+    hits: list[Hit]
+    states: list[tuple[float, str]]
+    issue_lag: tuple[float, float]  # the scheduler's lateness issuing calls: p99 and worst
+    cpu: float  # CPU seconds the stack's process spent
 
 
-def run_scenario(
-    upstream: Upstream, variants: Sequence[Variant], plan: Plan, duration: float, seed: int
-) -> list[Lane]:
-    lanes: list[Lane] = []
-    for variant in variants:
-        for name in STACKS:
-            index = len(lanes)
-            pool = ThreadPoolExecutor(plan.pool, thread_name_prefix=f"lane{index}")
-            stack = build_stack(name, plan.pool)
-            lanes.append(Lane(variant, name, stack, upstream.url(index, "/v1/items"), pool))
+def run_variant(
+    upstream: Upstream, lanes: Lanes, variant: Variant, plan: Plan, number: int, seed: int
+) -> tuple[list[Lane], float]:
+    """Every stack under *variant* at once; the lanes and the upstream's worst loop lag."""
     started = time.monotonic() + 0.5
-    upstream.schedule(started, [lane.variant.phases for lane in lanes], seed=seed)
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def one_call(lane: Lane, call_id: int, at: float) -> None:
-        error = None
-        try:
-            status = lane.stack.call(lane.url, {CALL_ID_HEADER: str(call_id)}).status_code
-            ok = status == 200
-            error = None if ok else f"HTTP {status}"
-        except Exception as exc:  # noqa: BLE001 - every failure is an outcome to count
-            ok, error = False, type(exc).__name__
-        # Offsets from the call's number, not from clock readings, so bin edges stay exact.
-        offset = call_id / plan.rate
-        record = CallRecord(call_id, offset, offset + time.monotonic() - at, ok, error)
-        with lock:
-            lane.calls.append(record)
-
-    def sample_breakers() -> None:
-        while not stop.wait(0.05):
-            now = time.monotonic() - started
-            for lane in lanes:
-                state = lane.stack.state()
-                if state is not None:
-                    lane.states.append((now, state))
-
-    sampler = threading.Thread(target=sample_breakers, name="breaker-sampler", daemon=True)
-    sampler.start()
-    futures: list[Future[None]] = []
-    issued: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for call_id in range(int(duration * plan.rate)):
-        at = started + call_id / plan.rate
-        delay = at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        for index, lane in enumerate(lanes):
-            futures.append(lane.pool.submit(one_call, lane, call_id, at))
-            issued[index].append((call_id, call_id / plan.rate))
-    wait_futures(futures, timeout=plan.drain)
-    stop.set()
-    sampler.join(1)
-    for lane in lanes:
-        lane.pool.shutdown(wait=False, cancel_futures=True)
+    upstream.schedule(started, [variant.phases] * len(STACKS), seed=seed + number)
+    if variant.rate > 0:
+        workers, calls = plan.workers, int(variant.duration * variant.rate)
+    else:
+        workers, calls = plan.callers, 0
+    # Call ids never repeat across variants: a try left over from an earlier one never counts.
+    run = Run(
+        started, number * 10_000_000, variant.rate, calls, workers, variant.duration, plan.drain
+    )
+    results = lanes.run(run, timeout=0.5 + variant.duration + plan.drain + 30)
     hits = upstream.collect()
-    with lock:
-        for index, lane in enumerate(lanes):
-            finished = {record.call_id for record in lane.calls}
-            # A call still running after the drain counts as failed, with unbounded latency.
-            lane.calls += [
-                CallRecord(call_id, at, math.inf, False, "unfinished")
-                for call_id, at in issued[index]
-                if call_id not in finished
-            ]
-            lane.hits = [hit for hit in hits if hit.stack == index]
-            lane.started = started
-    return lanes
+    return [
+        Lane(
+            variant,
+            name,
+            started,
+            result.calls,
+            [hit for hit in hits if hit.stack == index],
+            result.states,
+            result.issue_lag,
+            result.cpu,
+        )
+        for index, (name, result) in enumerate(zip(STACKS, results, strict=True))
+    ], upstream.loop_lag
 
 
 # --- measures ------------------------------------------------------------------------------------
@@ -309,32 +215,37 @@ def run_scenario(
 
 @dataclass(frozen=True)
 class Measures:
-    calls: int  # logical calls issued inside the fault window
+    calls: int  # calls issued inside the fault window (healthy: the whole run)
+    goodput: float  # the share of those that succeeded
     tries_per_call: float  # upstream tries caused by those calls, per call
     peak: int  # upstream tries in the busiest second of the run
-    ok_in_fault: float
-    ok_after_heal: float | None
-    t95: float | None  # seconds after healing until calls kept succeeding at >= 95%
+    refused: int  # of those calls, refused by the client itself (a breaker, a guard)
+    failed: int  # of those calls, failed otherwise
     p50: float
     p99: float
-    failed_as: str  # the commonest ways calls failed, over the whole run
+    waited: float  # the share that lasted the read timeout or longer
+    ok_after_heal: float | None
+    t95: float | None  # seconds after healing until calls kept succeeding at >= 95%
+    throughput: float  # calls completed per second (closed loop)
+    failed_as: str  # the commonest ways those calls failed
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
+def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return math.nan
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _t95(records: Sequence[CallRecord], heal: float, end: float) -> float | None:
-    """Start of the first 0.5 s bin (by scheduled time) after healing from which every bin's
-    calls succeed at least 95% of the time; None if that never happens before the end."""
+def t95(records: Sequence[CallRecord], heal: float, end: float) -> float | None:
+    """Start of the first 0.5 s bin (by the instant calls were issued) after healing from which
+    every bin's calls succeed at least 95% of the time; None if that never happens before the
+    end."""
     width = 0.5
     bins = max(1, int((end - heal) / width))
     totals, oks = [0] * bins, [0] * bins
     for record in records:
-        slot = math.floor((record.scheduled - heal) / width + 1e-9)
+        slot = math.floor((record.issued - heal) / width + 1e-9)
         if 0 <= slot < bins:
             totals[slot] += 1
             oks[slot] += record.ok
@@ -348,35 +259,8 @@ def _t95(records: Sequence[CallRecord], heal: float, end: float) -> float | None
     return None if first_good is None else first_good * width
 
 
-def measure(lane: Lane, duration: float) -> Measures:
-    start, end = lane.variant.fault
-    in_fault = [r for r in lane.calls if start <= r.scheduled < end]
-    ids = {r.call_id for r in in_fault}
-    tries = sum(1 for hit in lane.hits if hit.call_id in ids)
-    counts = _per_bin(lane, int(duration / BIN) + 1)
-    window = round(1.0 / BIN)
-    peak = max(sum(counts[i : i + window]) for i in range(max(1, len(counts) - window + 1)))
-    heal = lane.variant.heal
-    after = [r for r in lane.calls if heal is not None and r.scheduled >= heal]
-    latencies = [r.done - r.scheduled for r in lane.calls]
-    return Measures(
-        calls=len(in_fault),
-        tries_per_call=tries / len(in_fault) if in_fault else math.nan,
-        peak=peak,
-        ok_in_fault=sum(r.ok for r in in_fault) / len(in_fault) if in_fault else math.nan,
-        ok_after_heal=sum(r.ok for r in after) / len(after) if after else None,
-        t95=_t95(lane.calls, heal, duration) if heal is not None else None,
-        p50=_quantile(latencies, 0.5),
-        p99=_quantile(latencies, 0.99),
-        failed_as=", ".join(
-            f"{kind} x{count}"
-            for kind, count in Counter(r.error for r in lane.calls if r.error).most_common(2)
-        ),
-    )
-
-
-def _per_bin(lane: Lane, bins: int) -> list[int]:
-    """Upstream tries per 100 ms bin since the scenario's start."""
+def per_bin(lane: Lane, bins: int) -> list[int]:
+    """Upstream tries per 100 ms bin since the variant's start."""
     counts = [0] * bins
     for hit in lane.hits:
         slot = math.floor((hit.at - lane.started) / BIN)
@@ -385,104 +269,235 @@ def _per_bin(lane: Lane, bins: int) -> list[int]:
     return counts
 
 
-def _seconds(value: float) -> str:
+def measure(lane: Lane) -> Measures:
+    variant = lane.variant
+    start, end = variant.fault
+    inside = [r for r in lane.calls if start <= r.issued < end]
+    count = len(inside) or 1
+    ids = {r.call_id for r in inside}
+    tries = sum(1 for hit in lane.hits if hit.call_id in ids)
+    counts = per_bin(lane, int(variant.duration / BIN) + 1)
+    window = round(1.0 / BIN)
+    peak = max(sum(counts[i : i + window]) for i in range(max(1, len(counts) - window + 1)))
+    heal = variant.heal
+    after = [r for r in lane.calls if heal is not None and r.issued >= heal]
+    latencies = [r.done - r.issued for r in inside]
+    refused = sum(r.refused for r in inside)
+    return Measures(
+        calls=len(inside),
+        goodput=sum(r.ok for r in inside) / count,
+        tries_per_call=tries / count,
+        peak=peak,
+        refused=refused,
+        failed=sum(not r.ok for r in inside) - refused,
+        p50=quantile(latencies, 0.5),
+        p99=quantile(latencies, 0.99),
+        waited=sum(latency >= TIMEOUT[1] for latency in latencies) / count,
+        ok_after_heal=sum(r.ok for r in after) / len(after) if after else None,
+        t95=t95(lane.calls, heal, variant.duration) if heal is not None else None,
+        throughput=sum(r.ok for r in inside) / (end - start),
+        failed_as=", ".join(
+            f"{kind} x{n}" for kind, n in Counter(r.error for r in inside if r.error).most_common(2)
+        ),
+    )
+
+
+def series(lane: Lane) -> Series:
+    bins = int(lane.variant.duration / BIN) + 1
+    offered = [0] * bins
+    for record in lane.calls:
+        offered[min(bins - 1, math.floor(record.issued / BIN + 1e-9))] += 1
+    return Series(
+        lane.variant.name,
+        lane.stack_name,
+        BIN,
+        offered,
+        per_bin(lane, bins),
+        lane.variant.fault,
+        lane.states,
+    )
+
+
+def seconds(value: float) -> str:
     if math.isinf(value):
         return "unfinished"
+    if math.isnan(value):
+        return "-"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-# --- the picture ---------------------------------------------------------------------------------
-
-_SHADES = {"open": ("#d62728", 0.18), "half_open": ("#ff7f0e", 0.25)}
+# --- tables and verdicts -------------------------------------------------------------------------
 
 
-def plot(lanes: Sequence[Lane], durations: dict[str, float], path: Path, rate: float) -> None:
-    import matplotlib
+@dataclass(frozen=True)
+class Targets:
+    """DESIGN's targets for ResilientSession, read from the default config where it has them."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    ratio: float
+    max_wait: float
+    recovery_timeout: float
 
-    variants = list(dict.fromkeys(lane.variant.name for lane in lanes))
-    figure, axes = plt.subplots(
-        len(STACKS),
-        len(variants),
-        figsize=(4.6 * len(variants), 1.9 * len(STACKS)),
-        sharey="row",
-        squeeze=False,
-    )
-    for lane in lanes:
-        column = variants.index(lane.variant.name)
-        row = STACKS.index(lane.stack_name)
-        axis = axes[row][column]
-        duration = durations[lane.variant.name]
-        bins = int(duration / BIN) + 1
-        offered = [0] * bins
-        for record in lane.calls:
-            offered[min(bins - 1, math.floor(record.scheduled / BIN + 1e-9))] += 1
-        hits = _per_bin(lane, bins)
-        xs = [i * BIN for i in range(bins)]
-        start, end = lane.variant.fault
-        axis.axvspan(start, end, color="#7f7f7f", alpha=0.12, lw=0)
-        for state_start, state_end, state in _spans(lane.states):
-            if state in _SHADES:
-                color, alpha = _SHADES[state]
-                axis.axvspan(state_start, state_end, color=color, alpha=alpha, lw=0)
-        # Drawn wide and first, so it shows where the tries line runs on top of it.
-        axis.step(xs, offered, where="post", color="#1f77b4", lw=2.4, alpha=0.55)
-        axis.step(xs, hits, where="post", color="#2ca02c", lw=1.0)
-        axis.set_xlim(0, duration)
-        if row == 0:
-            axis.set_title(lane.variant.name, fontsize=10)
-        if column == 0:
-            axis.set_ylabel(lane.stack_name, fontsize=9)
-        if row == len(STACKS) - 1:
-            axis.set_xlabel("seconds", fontsize=8)
-        axis.tick_params(labelsize=7)
-    handles = [
-        Line2D([], [], color="#1f77b4", lw=2.4, alpha=0.55, label="calls offered per 100 ms"),
-        Line2D([], [], color="#2ca02c", label="upstream tries per 100 ms"),
-        Patch(color="#7f7f7f", alpha=0.25, label="fault window"),
-        Patch(color="#d62728", alpha=0.3, label="breaker open"),
-        Patch(color="#ff7f0e", alpha=0.4, label="breaker half-open"),
+    @classmethod
+    def from_defaults(cls) -> Targets:
+        defaults = Config().defaults
+        budget = getattr(defaults, "budget", None)
+        limit = getattr(defaults, "limit", None)
+        return cls(
+            ratio=float(getattr(budget, "ratio", 0.2)),
+            max_wait=float(getattr(limit, "max_wait", 0.25)),
+            recovery_timeout=float(defaults.breaker.recovery_timeout),
+        )
+
+
+def _heal(m: Measures) -> list[object]:
+    return [
+        f"{m.ok_after_heal:.0%}" if m.ok_after_heal is not None else "-",
+        f"{m.t95:.1f} s" if m.t95 is not None else "never",
     ]
-    figure.suptitle(
-        f"Calls offered vs tries the upstream saw, {rate:g} calls/s per stack "
-        "(y scale shared along each row)",
-        y=0.995,
-        fontsize=11,
-    )
-    figure.legend(
-        handles=handles,
-        loc="upper center",
-        ncol=5,
-        fontsize=9,
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.975),
-    )
-    figure.tight_layout(rect=(0, 0, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
 
 
-def _spans(states: Sequence[tuple[float, str]]) -> list[tuple[float, float, str]]:
-    spans: list[tuple[float, float, str]] = []
-    for (at, state), (following, _) in itertools.pairwise(states):
-        if spans and spans[-1][2] == state and abs(spans[-1][1] - at) < 1e-9:
-            spans[-1] = (spans[-1][0], following, state)
+def scenario_table(lanes: Sequence[Lane]) -> str:
+    scenario = lanes[0].variant.scenario
+    headers = ["stack", "calls in fault", "goodput", "tries/call", "peak tries/s", "refused"]
+    rows: list[list[object]] = []
+    for lane in lanes:
+        m = measure(lane)
+        row: list[object] = [lane.stack_name, m.calls, f"{m.goodput:.1%}"]
+        row += [f"{m.tries_per_call:.3f}", m.peak, m.refused]
+        if scenario == "outage":
+            row += [*_heal(m), seconds(m.p50), seconds(m.p99)]
+        elif scenario == "hang":
+            row += [f"{m.waited:.1%}", seconds(m.p50), seconds(m.p99), *_heal(m)]
+        elif scenario == "healthy":
+            row += [m.failed, f"{m.throughput:.1f}", seconds(m.p50), seconds(m.p99)]
         else:
-            spans.append((at, following, state))
-    return spans
+            row += [seconds(m.p50), seconds(m.p99)]
+        rows.append([*row, m.failed_as or "-"])
+    if scenario == "outage":
+        headers += ["ok after heal", "t95 after heal", "p50", "p99"]
+    elif scenario == "hang":
+        headers += ["waited >= 5 s", "median", "p99", "ok after heal", "t95 after heal"]
+    elif scenario == "healthy":
+        headers[1] = "calls"
+        headers += ["failed", "calls/s", "p50", "p99"]
+    else:
+        headers += ["p50", "p99"]
+    if scenario == "healthy":
+        plain = measure(lanes[0]).throughput or math.nan
+        headers.insert(8, "x plain")
+        for row, lane in zip(rows, lanes, strict=True):
+            row.insert(8, f"{measure(lane).throughput / plain:.3f}")
+    return table([*headers, "failed as"], rows)
+
+
+def brownout_summary(lanes: Sequence[Lane]) -> str:
+    """Goodput and tries per call, one row per stack, one column pair per failure rate."""
+    shares = sorted({lane.variant.share for lane in lanes})
+    headers = ["stack", *(f"p={share:g}" for share in shares)]
+    rows = []
+    for name in STACKS:
+        row: list[object] = [name]
+        for share in shares:
+            lane = next(x for x in lanes if x.stack_name == name and x.variant.share == share)
+            m = measure(lane)
+            row.append(f"{m.goodput:.1%} / {m.tries_per_call:.2f}")
+        rows.append(row)
+    return table(headers, rows)
+
+
+def verdicts(lanes: Sequence[Lane], targets: Targets) -> list[list[object]]:
+    """Rows of (scenario, target, ResilientSession's result, verdict)."""
+    rows: list[list[object]] = []
+    by_variant: dict[str, dict[str, Measures]] = {}
+    for lane in lanes:
+        by_variant.setdefault(lane.variant.name, {})[lane.stack_name] = measure(lane)
+    for lane in lanes:
+        if lane.stack_name != "ResilientSession":
+            continue
+        name, m, plain = lane.variant.name, measure(lane), by_variant[lane.variant.name]["requests"]
+        scenario = lane.variant.scenario
+        heal_limit = targets.recovery_timeout + 1
+        if scenario == "outage":
+            rows.append(
+                [
+                    name,
+                    "tries/call <= 0.05",
+                    f"{m.tries_per_call:.3f}",
+                    verdict(m.tries_per_call <= 0.05),
+                ]
+            )
+            rows.append(_t95_row(name, m, heal_limit))
+        elif scenario == "brownout":
+            bound = 1 + targets.ratio + 0.05
+            if lane.variant.share <= 0.5:
+                rows.append(
+                    [
+                        name,
+                        f"goodput >= plain requests' ({plain.goodput:.1%})",
+                        f"{m.goodput:.1%}",
+                        verdict(m.goodput >= plain.goodput),
+                    ]
+                )
+            rows.append(
+                [
+                    name,
+                    f"tries/call <= {bound:g}",
+                    f"{m.tries_per_call:.3f}",
+                    verdict(m.tries_per_call <= bound),
+                ]
+            )
+        elif scenario == "hang":
+            median_limit = targets.max_wait + 0.05
+            rows += [
+                [
+                    name,
+                    "tries/call <= 0.1",
+                    f"{m.tries_per_call:.3f}",
+                    verdict(m.tries_per_call <= 0.1),
+                ],
+                [
+                    name,
+                    f"waited out the {TIMEOUT[1]:g} s timeout <= 2%",
+                    f"{m.waited:.1%}",
+                    verdict(m.waited <= 0.02),
+                ],
+                [
+                    name,
+                    f"median <= {seconds(median_limit)}",
+                    seconds(m.p50),
+                    verdict(m.p50 <= median_limit),
+                ],
+                _t95_row(name, m, heal_limit + TIMEOUT[1]),
+            ]
+        else:
+            bad = m.refused + m.failed
+            ratio = m.throughput / plain.throughput if plain.throughput else math.nan
+            rows += [
+                [
+                    name,
+                    "refused or failed = 0",
+                    f"{m.refused} refused, {m.failed} failed",
+                    verdict(bad == 0),
+                ],
+                [name, "throughput >= 0.97 x plain", f"{ratio:.3f}", verdict(ratio >= 0.97)],
+            ]
+    return rows
+
+
+def _t95_row(name: str, m: Measures, limit: float) -> list[object]:
+    result = f"{m.t95:.1f} s" if m.t95 is not None else "never"
+    return [
+        name,
+        f"t95 after heal <= {limit:g} s",
+        result,
+        verdict(m.t95 is not None and m.t95 <= limit),
+    ]
 
 
 # --- main ----------------------------------------------------------------------------------------
 
 
 def describe_machine() -> str:
-    import os
-
     peers = ", ".join(
         f"{name} {version(name)}"
         for name in ("requests", "urllib3", "tenacity", "pybreaker", "structlog")
@@ -490,96 +505,95 @@ def describe_machine() -> str:
     return f"{os.cpu_count()} cores, Python {platform.python_version()}, {peers}"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    # A kill ends the run as Ctrl-C does: through the with blocks that stop every process.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a run under a minute")
+    parser.add_argument("--quick", action="store_true", help="a run of a few minutes")
+    parser.add_argument("--only", choices=SCENARIOS, help="run this scenario alone")
+    parser.add_argument("--rate", type=float, help="calls/s per stack in the outage and hang")
     parser.add_argument("--png", type=Path, default=Path("docs/storm.png"))
+    parser.add_argument("--brownout-png", type=Path, default=Path("docs/brownout.png"))
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     plan = QUICK if args.quick else FULL
-    # urllib3 logs every retry and full pool at WARNING; the tables say what matters.
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    if args.rate is not None:
+        plan = Plan(**{**plan.__dict__, "rate": args.rate})
+    scenarios = (args.only,) if args.only else SCENARIOS
+    targets = Targets.from_defaults()
     began = time.monotonic()
     print(f"storm: {describe_machine()}")
     print(
-        f"storm: {plan.rate:g} calls/s per stack, {plan.pool} workers per stack, "
-        f"outage {plan.outage:g} s, {'quick' if args.quick else 'full'} run"
+        f"storm: {plan.rate:g} calls/s per stack (outage, hang), {plan.brownout_rate:g} "
+        f"(brownout), {plan.callers} in flight (healthy); timeout {TIMEOUT}; "
+        f"{'quick' if args.quick else 'full'} run of {', '.join(scenarios)}"
     )
-    config = Config()
-    recovery_timeout = config.defaults.breaker.recovery_timeout
-    ratio = config.defaults.budget.ratio
-
-    outage_duration = plan.warmup + plan.outage + plan.recovery
-    brownout_duration = plan.warmup + plan.brownout
-    durations: dict[str, float] = {}
     lanes: list[Lane] = []
-    with Upstream(stacks=2 * len(STACKS), lifetime=300) as upstream:
-        for variants, duration in (
-            (outage_variants(plan), outage_duration),
-            (brownout_variants(plan), brownout_duration),
-        ):
-            for variant in variants:
-                durations[variant.name] = duration
-            lanes += run_scenario(upstream, variants, plan, duration, args.seed)
+    loads: list[list[object]] = []
+    with (
+        Upstream(stacks=len(STACKS), lifetime=900) as upstream,
+        Lanes([upstream.url(i, "/v1/items") for i in range(len(STACKS))], lifetime=900) as clients,
+    ):
+        number = 0
+        for scenario in scenarios:
+            for variant in variants(scenario, plan):
+                number += 1
+                ran, loop_lag = run_variant(upstream, clients, variant, plan, number, args.seed)
+                late = max(ran, key=lambda lane: lane.issue_lag)
+                p99, worst = late.issue_lag
+                held = p99 <= ISSUE_LAG_LIMIT and loop_lag <= LOOP_LAG_LIMIT
+                lag = f"{seconds(p99)} / {seconds(worst)} ({late.stack_name})"
+                busiest = max(ran, key=lambda lane: lane.cpu)
+                # Cores the clients kept busy while calls were being made and drained.
+                span = variant.duration + plan.drain
+                cores = f"{sum(lane.cpu for lane in ran) / span:.2f} ({busiest.stack_name} "
+                cores += f"{busiest.cpu / span:.2f})"
+                loads.append([variant.name, cores, lag, seconds(loop_lag), "yes" if held else "NO"])
+                print(f"storm: {variant.name} done ({time.monotonic() - began:.0f} s)", flush=True)
+                lanes += ran
 
-    ok = True
-    for variant_name in durations:
-        rows = []
-        for lane in (lane for lane in lanes if lane.variant.name == variant_name):
-            m = measure(lane, durations[variant_name])
-            brownout = lane.variant.heal is None
-            row: list[object] = [
-                lane.stack_name,
-                f"{m.calls}",
-                f"{m.tries_per_call:.3f}",
-                f"{m.tries_per_call - 1:+.3f}",
-                f"{m.peak}",
-                f"{m.ok_in_fault:.0%}",
-            ]
-            if not brownout:
-                row += [
-                    f"{m.ok_after_heal:.0%}" if m.ok_after_heal is not None else "-",
-                    f"{m.t95:.1f} s" if m.t95 is not None else "never",
-                ]
-            row += [_seconds(m.p50), _seconds(m.p99), m.failed_as or "-"]
-            if lane.stack_name == "ResilientSession":
-                if brownout:
-                    holds = m.tries_per_call <= 1 + ratio
-                    # The bucket's own bound: ratio per first try, plus the full bucket it
-                    # starts with and the reserve min_per_second refills during the fault.
-                    budget = config.defaults.budget
-                    reserve = budget.max_tokens + budget.min_per_second * plan.brownout
-                    bound = 1 + ratio + reserve / m.calls
-                    row.append(
-                        f"tries/call <= {1 + ratio:g}: {verdict(holds)} "
-                        f"(bucket bound {bound:.2f}: {verdict(m.tries_per_call <= bound)})"
-                    )
-                else:
-                    amplification_ok = m.tries_per_call <= 0.05
-                    heal_ok = m.t95 is not None and m.t95 <= recovery_timeout + 1
-                    holds = amplification_ok and heal_ok
-                    row.append(
-                        f"tries/call <= 0.05: {verdict(amplification_ok)}; "
-                        f"t95 <= {recovery_timeout + 1:g} s: {verdict(heal_ok)}"
-                    )
-                ok &= holds
-            else:
-                row.append("")
-            rows.append(row)
-        headers = ["stack", "calls in fault", "tries/call", "hits/calls - 1", "peak tries/s"]
-        headers.append("ok in fault")
-        if rows and len(rows[0]) == 12:
-            headers += ["ok after heal", "t95 after heal"]
-        headers += ["p50", "p99", "failed as", "target (ResilientSession)"]
-        print(f"\n### {variant_name}\n")
-        print(table(headers, rows))
-    plot(lanes, durations, args.png, plan.rate)
-    print(f"\nstorm: timeline written to {args.png}")
+    for name in dict.fromkeys(lane.variant.name for lane in lanes):
+        print(f"\n### {name}\n")
+        print(scenario_table([lane for lane in lanes if lane.variant.name == name]))
+    brownouts = [lane for lane in lanes if lane.variant.scenario == "brownout"]
+    if brownouts:
+        print("\n### brownout: goodput / tries per call, by failure rate p\n")
+        print(brownout_summary(brownouts))
+    print("\n### load: did the machine keep up?\n")
+    headers = ["run", "client cores (busiest)", "calls issued late by (p99 / worst, stack)"]
+    headers.append("upstream loop late by")
+    print(table([*headers, f"both <= {seconds(ISSUE_LAG_LIMIT)}"], loads))
+    rows = verdicts(lanes, targets)
+    print("\n### targets (ResilientSession)\n")
+    print(table(["run", "target", "result", ""], rows))
+    # A figure is written only when every run it shows has run, so --only never clips one.
+    timeline = [series(lane) for lane in lanes if lane.variant.name in TIMELINE]
+    if {one.run for one in timeline} == set(TIMELINE):
+        plot_timeline(timeline, TIMELINE, STACKS, args.png, plan.rate)
+        print(f"\nstorm: timeline written to {args.png}")
+    if {lane.variant.share for lane in brownouts} == set(SHARES):
+        points = [
+            (lane.stack_name, lane.variant.share, m.goodput, m.tries_per_call)
+            for lane in brownouts
+            for m in (measure(lane),)
+        ]
+        bound = 1 + targets.ratio + 0.05
+        plot_brownout(points, STACKS, args.brownout_png, plan.brownout_rate, bound)
+        print(f"storm: brownout figure written to {args.brownout_png}")
+    ok = all(row[-1] == verdict(True) for row in rows)
     print(
         f"storm: {'all targets hold' if ok else 'some targets MISSED'} "
         f"({time.monotonic() - began:.0f} s)"
     )
     return 0 if ok else 1
+
+
+# The variants the timeline shows, one column each, left to right.
+TIMELINE = ("outage, 503", "outage, resets", "hang", "brownout 50%")
 
 
 if __name__ == "__main__":
