@@ -4,13 +4,14 @@ The deadline stage opens a :class:`~resilient_session.watchdog.Watch` around eac
 with a deadline; the try's pool arms it on the connection the try is given, just before the
 request goes out (urllib3's ``_validate_conn`` hook: before a new connection connects, so the
 TLS handshake is covered, and before a pooled one sends a byte), and the connection disarms it
-once the response's headers are in. The body is bounded by
-``body.read_body`` instead, and a ``stream=True`` body is the caller's to bound.
+once the response's headers are in. The body is bounded by ``body.read_body`` instead, and a
+``stream=True`` body is the caller's to bound.
 
 The watchdog shuts down a duplicate of the connection's socket descriptor (the "shutter"):
 the same TCP socket, so a blocked read wakes, but a descriptor that only this connection
 closes, after disarming, so the watchdog can never shut down a descriptor number the system
-has meanwhile handed to another socket. Nothing changes for a try that has no watch.
+has meanwhile handed to another socket. A try that has no watch runs urllib3's own code but
+for one contextvar read.
 """
 
 from __future__ import annotations
