@@ -253,7 +253,9 @@ def test_a_silent_tls_handshake_is_bounded_by_the_clamped_connect_timeout(
         result, elapsed = _timed_get(make_session(), server.url, deadline=1.0)
 
     assert type(result) is DeadlineExceeded
-    assert 0.95 <= elapsed < 1.5
+    # Far from the 20 s the server stays silent; the margin is for a loaded scheduler, which
+    # once took the clamped read's wake-up past 1.5 s.
+    assert 0.95 <= elapsed < 2.0
 
 
 def test_a_stream_of_healthy_calls_does_not_wake_the_watchdog(upstream, make_session, monkeypatch):
