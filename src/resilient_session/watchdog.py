@@ -7,17 +7,17 @@ a deadline, the try's connection arms it with a socket, and if the watch is stil
 its instant passes, the watchdog calls ``shutdown(SHUT_RDWR)`` on that socket, which wakes a
 blocked ``recv`` or ``send`` at once.
 
-Arming and disarming cost one uncontended lock and a heap push; a disarmed watch stays in the
-heap until it reaches the front (lazy cancellation), and the thread sleeps until the earliest
-instant and is woken only when a new watch falls due before that.
+Arming and disarming take no lock: the armed watches are the keys of one dict, and whoever
+pops a watch from it owns its ending, the try (disarmed) or the thread (fired); a dict's
+``pop`` is atomic. The thread sleeps until the earliest armed instant and is woken only when
+a new watch falls due before that, so the lock is for the thread and the rare paths: waking
+it, a disarm that meets a firing, and a new connection's socket.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import heapq
-import itertools
 import os
 import socket
 import threading
@@ -34,9 +34,6 @@ DISARMED: Final = 1
 ARMED: Final = 2
 FIRING: Final = 3
 FIRED: Final = 4
-
-# Rebuild the heap once this many disarmed watches wait in it, and they are most of it.
-_COMPACT_AT: Final = 256
 
 _INF: Final = float("inf")
 
@@ -58,9 +55,6 @@ class Watch:
         self.sock: socket.socket | None = None
 
 
-_Entry = tuple[float, int, Watch]
-
-
 class Watchdog:
     """Fires watches whose instant has passed; one lazily started daemon thread serves all.
 
@@ -78,35 +72,38 @@ class Watchdog:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # the thread waits here for an earlier watch
         self._settled = threading.Condition(self._lock)  # a disarm waits here for a firing
-        self._heap: list[_Entry] = []
-        self._seq = itertools.count()
-        self._cancelled = 0  # disarmed watches still in the heap
-        self._wake_at = -_INF  # the instant the thread sleeps until; -inf while it is awake
+        self._live: dict[Watch, float] = {}  # armed watches and their instants
+        # The instant the thread sleeps until; +inf while it is awake or not started, so that
+        # every arm then takes the slow path, which wakes or starts it.
+        self._wake_at = _INF
         self._thread: threading.Thread | None = None
 
     def __len__(self) -> int:
-        """Watches in the heap, disarmed ones not yet dropped included."""
-        return len(self._heap)
+        """Armed watches."""
+        return len(self._live)
 
     def arm(self, watch: Watch, sock: socket.socket | None) -> None:
         """Put *watch* under the watchdog; *sock* may come later, through :meth:`attach`."""
+        watch.sock = sock
+        watch.state = ARMED  # before it is live: the thread's FIRING must come after
+        until = self._live[watch] = watch.until
+        # Read after the watch is live: a thread that went to sleep before this read sleeps
+        # until the instant read here, and one that is awake will see the watch.
+        if until < self._wake_at:
+            self._wake_early()
+
+    def _wake_early(self) -> None:
         with self._lock:
-            watch.sock = sock
-            watch.state = ARMED
-            heapq.heappush(self._heap, (watch.until, next(self._seq), watch))
-            if watch.until < self._wake_at:
-                self._wake.notify()
-            thread = None
             if self._thread is None and self._autostart:
-                thread = self._thread = threading.Thread(
+                self._thread = threading.Thread(
                     target=self._run, name="resilient-session-watchdog", daemon=True
                 )
-        if thread is not None:
-            thread.start()
+                self._thread.start()
+            self._wake.notify()
 
     def attach(self, watch: Watch, sock: socket.socket) -> bool:
         """Give an armed *watch* its socket; False when it has fired already."""
-        with self._lock:
+        with self._lock:  # the thread marks a watch FIRING under it, then reads its socket
             if watch.state != ARMED:
                 return False
             watch.sock = sock
@@ -118,39 +115,30 @@ class Watchdog:
         Waits for a firing in progress, so the socket is never shut down after this returns:
         the caller may then close it or hand its connection back to the pool.
         """
-        if watch.state <= DISARMED:  # final, or only ever changed by this thread
+        if self._live.pop(watch, None) is not None:  # taken from the thread: it never fires
+            watch.state = DISARMED  # the watchdog keeps no reference to it, nor to its socket
+            return False
+        if watch.state <= DISARMED:  # never armed, or ended already
             return False
         with self._lock:
-            if watch.state == ARMED:
+            if watch.state == ARMED:  # armed in a parent process, before a fork
                 watch.state = DISARMED
-                watch.sock = None  # the connection may close it now; the heap need not keep it
-                heap = self._heap
-                if heap[0][2] is watch:  # the usual case, calls ending in the order they began
-                    heapq.heappop(heap)
-                    if heap and heap[0][2].state != ARMED:
-                        self._drop_cancelled()
-                else:
-                    self._cancelled += 1
-                    if self._cancelled >= _COMPACT_AT:
-                        self._drop_cancelled()
                 return False
-            while watch.state == FIRING:
+            while watch.state != FIRED:
                 self._settled.wait()
-            return watch.state == FIRED
+            return True
 
     def fire_due(self) -> int:
         """Shut down the socket of every armed watch whose instant has passed; how many."""
         due: list[Watch] = []
         with self._lock:
             now = self._clock.monotonic()
-            heap = self._heap
-            while heap and heap[0][0] <= now:
-                watch = heapq.heappop(heap)[2]
-                if watch.state == ARMED:
+            live = self._live
+            for watch, until in live.copy().items():
+                # The pop decides a race with the watch's disarm: one of the two gets it.
+                if until <= now and live.pop(watch, None) is not None:
                     watch.state = FIRING
                     due.append(watch)
-                else:
-                    self._cancelled -= 1
         if not due:
             return 0
         # Outside the lock: shutting a socket down is a system call.
@@ -164,31 +152,19 @@ class Watchdog:
             self._settled.notify_all()
         return len(due)
 
-    def _drop_cancelled(self) -> None:
-        # Under the lock. Disarmed watches at the front go now, so the thread never wakes for
-        # one; a heap mostly of disarmed watches (mixed deadlines) is rebuilt.
-        heap = self._heap
-        while heap and heap[0][2].state != ARMED:
-            heapq.heappop(heap)
-            self._cancelled -= 1
-        if self._cancelled >= _COMPACT_AT and self._cancelled * 2 > len(heap):
-            heap[:] = [entry for entry in heap if entry[2].state == ARMED]
-            heapq.heapify(heap)
-            self._cancelled = 0
-
     def _run(self) -> None:
+        lock = self._lock
         while True:
-            with self._lock:
-                while True:
-                    self._drop_cancelled()
-                    heap = self._heap
-                    now = self._clock.monotonic()
-                    if heap and heap[0][0] <= now:
-                        break
-                    self._wake_at = heap[0][0] if heap else _INF
-                    self._wake.wait(heap[0][0] - now if heap else None)
-                self._wake_at = -_INF
             self.fire_due()
+            with lock:
+                # Every arm since the last look took the slow path (the instant was +inf), and
+                # waits on the lock to notify: none is lost between this look and the wait.
+                earliest = min(self._live.copy().values(), default=_INF)
+                now = self._clock.monotonic()
+                if earliest > now:
+                    self._wake_at = earliest
+                    self._wake.wait(None if earliest == _INF else earliest - now)
+                    self._wake_at = _INF
 
 
 WATCHDOG: Final = Watchdog()

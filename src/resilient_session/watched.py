@@ -1,15 +1,17 @@
 """urllib3 connections that put each try, from connect to the last header byte, under the watchdog.
 
 The deadline stage opens a :class:`~resilient_session.watchdog.Watch` around each try of a call
-with a deadline; the try's connection arms it as the try first touches the connection (a new
-connection as it connects, so the TLS handshake is covered; a pooled one as the request goes
-out) and disarms it once the response's headers are in. The body is bounded by
-``body.read_body`` instead, and a ``stream=True`` body is the caller's to bound.
+with a deadline; the try's pool arms it on the connection the try is given, just before the
+request goes out (urllib3's ``_validate_conn`` hook: before a new connection connects, so the
+TLS handshake is covered, and before a pooled one sends a byte), and the connection disarms it
+once the response's headers are in. The body is bounded by ``body.read_body`` instead, and a
+``stream=True`` body is the caller's to bound.
 
 The watchdog shuts down a duplicate of the connection's socket descriptor (the "shutter"):
 the same TCP socket, so a blocked read wakes, but a descriptor that only this connection
 closes, after disarming, so the watchdog can never shut down a descriptor number the system
-has meanwhile handed to another socket. Nothing changes for a try that has no watch.
+has meanwhile handed to another socket. A try that has no watch runs urllib3's own code but
+for one contextvar read.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from urllib3.response import HTTPResponse
 from .watchdog import WATCHDOG, WATCHED, Watch
 
 _current_watch = WATCHED.get
+# urllib3's own, which HTTPSConnection inherits; called as a function, without a super() object.
+_getresponse = HTTPConnection.getresponse
 
 
 class _Watched(HTTPConnection):
-    """What both watched connection classes add: arm, attach the socket, disarm."""
+    """What both watched connection classes add: attach the socket, disarm."""
 
     # Class defaults, so urllib3's constructors stay untouched.
     _watch: Watch | None = None
@@ -49,28 +53,15 @@ class _Watched(HTTPConnection):
         self._shutter = shutter
         return sock
 
-    def putrequest(
-        self, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False
-    ) -> None:
-        # The first step of every request, before any byte is sent (and, for a plain HTTP
-        # connection not yet open, before it connects). Overridden rather than request(), so
-        # that request()'s eight keyword arguments are not repacked on every call.
-        watch = _current_watch()
-        if watch is not None and self._watch is not watch:
-            shutter = self._shutter
-            if shutter is not None and self._watch is None:  # a pooled connection, as a rule
-                self._watch = watch
-                WATCHDOG.arm(watch, shutter)
-            else:
-                self._arm(watch)
-        super().putrequest(method, url, skip_host, skip_accept_encoding)
-
-    def getresponse(self) -> HTTPResponse:  # type: ignore[override]  # as urllib3's own
+    def _getresponse_disarming(self) -> HTTPResponse:
+        # The connection's getresponse while a watch is armed on it, set on the instance as it
+        # is armed: a try without a watch calls urllib3's own, with no frame of ours.
+        del self.getresponse
         watch = self._watch
-        if watch is None:
-            return super().getresponse()
+        if watch is None:  # disarmed by close() in between
+            return _getresponse(self)
         try:
-            response = super().getresponse()
+            response = _getresponse(self)
         except BaseException as exc:
             self._watch = None
             if WATCHDOG.disarm(watch):
@@ -87,6 +78,7 @@ class _Watched(HTTPConnection):
         watch = self._watch
         if watch is not None:
             self._watch = None
+            self.__dict__.pop("getresponse", None)
             WATCHDOG.disarm(watch)  # first, so the shutter is never shut down once closed
         shutter = self._shutter
         if shutter is not None:
@@ -98,6 +90,7 @@ class _Watched(HTTPConnection):
         if self._watch is not None:  # a previous try's watch left armed: end it first
             WATCHDOG.disarm(self._watch)
         self._watch = watch
+        self.getresponse = self._getresponse_disarming  # type: ignore[method-assign]
         shutter = self._shutter
         sock = self.sock
         if shutter is None and sock is not None:
@@ -114,12 +107,34 @@ class WatchedHTTPSConnection(_Watched, HTTPSConnection):
     """urllib3's ``HTTPSConnection``, with each try (TLS handshake included) under the watchdog."""
 
 
+def _watch_try(pool: HTTPConnectionPool, conn: _Watched) -> None:
+    """Arm the try's watch, if it has one, on the connection it is about to use."""
+    watch = _current_watch()
+    if watch is not None and conn._watch is not watch:
+        shutter = conn._shutter
+        if shutter is not None and conn._watch is None:  # a pooled connection, as a rule
+            conn._watch = watch
+            conn.getresponse = conn._getresponse_disarming  # type: ignore[method-assign]
+            WATCHDOG.arm(watch, shutter)
+        else:
+            conn._arm(watch)
+
+
 class WatchedHTTPConnectionPool(HTTPConnectionPool):
     ConnectionCls = WatchedHTTPConnection
+
+    # urllib3 calls this once per request, before any byte is sent and before a new plain
+    # HTTP connection connects; its own does nothing for HTTP, so a call without a deadline
+    # pays no frame more than before, and one with a deadline arms without a frame between.
+    _validate_conn = _watch_try  # type: ignore[assignment]
 
 
 class WatchedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = WatchedHTTPSConnection
+
+    def _validate_conn(self, conn: _Watched) -> None:  # type: ignore[override]
+        _watch_try(self, conn)
+        super()._validate_conn(conn)  # connects a new connection: its handshake is watched
 
 
 _WATCHED_POOLS: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {

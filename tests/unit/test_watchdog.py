@@ -74,18 +74,18 @@ def test_a_disarmed_watch_never_touches_its_socket(clock, dog, pair):
     assert watch.state == DISARMED
 
 
-def test_disarmed_watches_leave_the_heap_once_at_the_front(clock, dog):
-    """Lazy cancellation: a disarmed front watch goes at once, one behind it when it reaches
-    the front; nothing is fired for either."""
+def test_a_disarmed_watch_leaves_the_watchdog_at_once(clock, dog):
+    """A disarmed watch goes at once, wherever its instant falls among the armed ones;
+    nothing is fired for either."""
     first = Watch(1.0, now=clock.monotonic)
     second = Watch(2.0, now=clock.monotonic)
     dog.arm(first, None)
     dog.arm(second, None)
 
     dog.disarm(second)
-    assert len(dog) == 2  # behind an armed watch: left where it is
+    assert len(dog) == 1  # behind an armed watch, it goes all the same
     dog.disarm(first)
-    assert len(dog) == 0  # the front went, and the disarmed one behind it with it
+    assert len(dog) == 0
 
     clock.now += 3.0
     assert dog.fire_due() == 0
@@ -199,4 +199,62 @@ def test_the_thread_starts_only_when_a_watch_is_armed(clock):
     assert dog._thread is thread
     dog.disarm(watch)
     dog.disarm(other)
+    assert len(dog) == 0
+
+
+def test_arm_and_disarm_take_no_lock(clock, dog, pair):
+    """A healthy try's arm and disarm never wait on the watchdog's lock, which the thread
+    and the rare paths hold: with the lock held elsewhere, both still finish at once."""
+    ours, _ = pair
+    watch = Watch(1.0, now=clock.monotonic)
+    done = threading.Event()
+    result: list[bool] = []
+
+    def arm_and_disarm() -> None:
+        dog._wake_at = 5.0  # a thread asleep until after this watch's instant: no wake-up
+        dog.arm(watch, ours)
+        result.append(dog.disarm(watch))
+        done.set()
+
+    with dog._lock:
+        worker = threading.Thread(target=arm_and_disarm)
+        worker.start()
+        finished = done.wait(5.0)
+    worker.join(5.0)
+
+    assert finished
+    assert result == [False]
+    assert watch.state == DISARMED
+    assert len(dog) == 0
+
+
+def test_each_watch_is_either_disarmed_or_fired_never_both(clock, dog):
+    """Disarms racing the watchdog over 2,000 due watches: each ends exactly one way, its
+    disarm says which, and only the fired ones' sockets are shut down."""
+
+    class _Counting:
+        def __init__(self) -> None:
+            self.shutdowns = 0
+
+        def shutdown(self, how: int) -> None:
+            self.shutdowns += 1
+
+    watches = [Watch(0.5, now=clock.monotonic) for _ in range(2000)]
+    socks = [_Counting() for _ in watches]
+    for watch, sock in zip(watches, socks, strict=True):
+        dog.arm(watch, sock)  # duck-typed: only shutdown() is called
+    clock.now += 1.0
+    fired: list[int] = []
+    disarmed: list[bool] = []
+    firing = threading.Thread(target=lambda: fired.extend(dog.fire_due() for _ in range(50)))
+
+    firing.start()
+    disarmed.extend(dog.disarm(watch) for watch in watches)
+    firing.join(10.0)
+
+    assert not firing.is_alive()
+    assert sum(fired) == disarmed.count(True)
+    for watch, sock, was_fired in zip(watches, socks, disarmed, strict=True):
+        assert watch.state == (FIRED if was_fired else DISARMED)
+        assert sock.shutdowns == (1 if was_fired else 0)
     assert len(dog) == 0

@@ -12,7 +12,7 @@ from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
 from resilient_session.redact import redact_text
-from resilient_session.watchdog import WATCHED, Watch, settle
+from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 
 
 class EnforceDeadline:
@@ -50,7 +50,9 @@ class EnforceDeadline:
             outcome = call_next(attempt.sending(request, timeout))
         finally:
             WATCHED.reset(token)
-            fired = settle(watch)
+            # watchdog.settle(), inlined: a watch its connection disarmed, as every healthy try's
+            # is, costs one comparison.
+            fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
         timed_out = outcome.error
         if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
             not isinstance(timed_out, DeadlineExceeded)
