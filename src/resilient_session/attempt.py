@@ -73,7 +73,7 @@ class Outcome(NamedTuple):
     response: requests.Response | None = None
     error: Exception | None = None
     decision: Decision = UNDECIDED
-    # Set when the try was refused locally (breaker open, deadline spent) and never left.
+    # Set when the try was refused locally (a guard or a spent deadline) and never left.
     refused: Reason | None = None
     breaker: BreakerState | None = None
     # What the caller gets instead, when this try never reached the upstream (refused locally,
