@@ -613,3 +613,13 @@ def test_subprocess_stats_from_a_pipe():
         ["http://127.0.0.1:8080", "5", "8", "1.60"],
         ["http://127.0.0.1:9090", "5", "4", "0.80"],
     ]
+
+
+def test_check_host_never_echoes_a_secret_and_a_bad_bracket_is_usage(capsys, config_file):
+    """A bad --host is shown redacted, and an unclosed [ipv6 bracket is exit 2, not internal."""
+    assert main(["check", str(config_file), "--host", "https://h:99999/?token=SECRET"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "SECRET" not in line
+    assert "token=REDACTED" in line
+    assert main(["check", str(config_file), "--host", "[::1"]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith("resilient-session: bad --host")

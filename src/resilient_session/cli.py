@@ -287,11 +287,14 @@ def _parse_host(text: str) -> tuple[str, int]:
     A URL may carry a path, query and fragment: only its host and port count.
     """
     is_url = "://" in text
-    parts = urlsplit(text if is_url else f"https://{text}")
+    try:
+        parts = urlsplit(text if is_url else f"https://{text}")
+    except ValueError as exc:  # an unclosed [ipv6 bracket
+        raise UsageError(f"bad --host {printable(repr(redact_text(text)))}: {exc}") from None
     if parts.username is not None or parts.password is not None:
         # Never echo it: the user part may be a credential.
         raise UsageError("bad --host: give it without user:password@")
-    shown = printable(repr(text))
+    shown = printable(repr(redact_text(text)))
     try:
         port = parts.port
     except ValueError:

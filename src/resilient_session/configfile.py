@@ -144,6 +144,11 @@ def parse(text: str, origin: str, errors: Errors) -> Any:
         raise ConfigError(f"{origin}: not valid YAML: {one_line(str(exc))}") from None
     except ValueError as exc:  # an integer past Python's limit on digits
         raise ConfigError(f"{origin}: not valid YAML: {one_line(str(exc))}") from None
+    except (IndexError, KeyError, AttributeError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on a bad tagged scalar (`!!int ""`, `!!bool x`).
+        raise ConfigError(
+            f"{origin}: not valid YAML: a tagged value cannot be read ({type(exc).__name__})"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{origin}: refused: nested more than {MAX_DEPTH} levels deep") from None
     finally:

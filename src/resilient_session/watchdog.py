@@ -36,6 +36,9 @@ FIRING: Final = 3
 FIRED: Final = 4
 
 _INF: Final = float("inf")
+# Condition.wait raises OverflowError past this (about 49 days on Windows); a deadline that far
+# off is simply looked at again after it.
+_LONGEST_WAIT: Final = threading.TIMEOUT_MAX
 
 _real_monotonic = SYSTEM_CLOCK.monotonic
 
@@ -163,7 +166,8 @@ class Watchdog:
                 now = self._clock.monotonic()
                 if earliest > now:
                     self._wake_at = earliest
-                    self._wake.wait(None if earliest == _INF else earliest - now)
+                    wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
+                    self._wake.wait(wait)
                     self._wake_at = _INF
 
 

@@ -16,6 +16,7 @@ for one contextvar read.
 
 from __future__ import annotations
 
+import os
 import socket
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
@@ -95,7 +96,9 @@ class _Watched(HTTPConnection):
         sock = self.sock
         if shutter is None and sock is not None:
             # A pooled connection made by a try without a deadline: duplicate it now.
-            shutter = self._shutter = socket.fromfd(sock.fileno(), sock.family, sock.type)
+            # socket() finds the family and type itself: a TLS-in-TLS SSLTransport (HTTPS through
+            # an HTTPS proxy) has a descriptor but neither attribute.
+            shutter = self._shutter = socket.socket(fileno=os.dup(sock.fileno()))
         WATCHDOG.arm(watch, shutter)
 
 

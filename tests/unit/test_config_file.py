@@ -187,3 +187,22 @@ def test_control_character_in_the_text_is_a_config_error(tmp_path):
     """A control character YAML forbids is a ConfigError, not a bare yaml ReaderError."""
     path = _write(tmp_path, "\x1f")
     assert _refused(path).startswith(f"{path}: not valid YAML: unacceptable character #x001f")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'defaults: !!int ""',
+        'defaults: !!float ""',
+        '!!int "": 1',
+        'defaults: !!bool "x"',
+        'defaults: !!timestamp "x"',
+    ],
+)
+def test_a_bad_tagged_scalar_is_a_config_error(tmp_path, text):
+    """PyYAML's constructors fail on these with IndexError, KeyError or AttributeError: the
+    loader reports a ConfigError naming the file instead."""
+    path = tmp_path / "tagged.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=r"tagged\.yaml: not valid YAML: a tagged value"):
+        load(path)

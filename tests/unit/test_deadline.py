@@ -184,3 +184,15 @@ def test_explicit_deadline_replaces_default_and_scope_caps_it(
         call = start_call(request, registry, clock)
     seconds = None if call.deadline_at is None else call.deadline_at - clock.now
     assert seconds == expected
+
+
+def test_a_urllib3_total_timeout_is_split_without_starting_it():
+    """Timeout(total=5) raises when its parts are read before its timer starts; the split reads
+    what it is made of, each part capped by the total."""
+    from urllib3.util import Timeout
+
+    from resilient_session.stages.deadline import split_timeout
+
+    assert split_timeout(Timeout(total=5)) == (5.0, 5.0)
+    assert split_timeout(Timeout(connect=2, read=9, total=5)) == (2.0, 5.0)
+    assert split_timeout(Timeout(connect=2, read=3)) == (2.0, 3.0)

@@ -72,7 +72,14 @@ class EnforceDeadline:
 def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
     """``(connect, read)`` seconds from any timeout requests accepts; None means no limit."""
     if isinstance(timeout, Urllib3Timeout):
-        return _seconds(timeout.connect_timeout), _seconds(timeout.read_timeout)
+        # Its connect_timeout and read_timeout properties raise for a total= timeout whose
+        # timer has not started; the parts they are made of can be read at any time.
+        total = _seconds(timeout.total)
+        connect, read = _seconds(timeout._connect), _seconds(timeout._read)
+        if total is not None:
+            connect = total if connect is None else min(connect, total)
+            read = total if read is None else min(read, total)
+        return connect, read
     if isinstance(timeout, tuple | list) and len(timeout) == 2:
         return _seconds(timeout[0]), _seconds(timeout[1])
     value = _seconds(timeout)
