@@ -165,3 +165,21 @@ def test_retried_cookies_reach_whichever_jar_the_session_holds(mock):
     assert original.cookies.get_dict() == {"lb": "node7"}
     assert clone.cookies.get_dict() == {"lb": "node7"}
     assert clone.cookies is not original.cookies
+
+
+def test_stream_response_kept_whole_when_the_budget_refuses_the_retry(mock, clock):
+    """A long streamed 503 that the budget will not retry is the call's result: it is drained
+    only once a retry is certain, so here the caller reads the whole body, as with requests."""
+    session = ResilientSession(
+        {"defaults": {"budget": {"max_tokens": 1, "ratio": 0, "min_per_second": 0}}}, clock=clock
+    )
+    big = b"e" * (DRAIN_LIMIT * 4)
+    mock.get(URL, status=503, body=b"busy")
+    mock.get(URL, status=200, body=b"ok")  # the one retry the single token buys
+    mock.get(URL, status=503, body=big)
+    assert session.get(URL).status_code == 200
+    response = session.get(URL, stream=True)
+    assert response.status_code == 503
+    assert response.content == big
+    assert len(mock.calls) == 3
+    assert session.health()["http://svc.test:80"].budget_exhausted == 1

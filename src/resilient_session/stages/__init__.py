@@ -9,7 +9,7 @@ from resilient_session.pipeline import Middleware, Next, compose
 from resilient_session.redact import SENSITIVE_PARAMS
 
 from .breaker import guard_with_breaker
-from .budget import spend_budget
+from .budget import SpendBudget
 from .deadline import EnforceDeadline
 from .decide import Decide
 from .events import EmitEvents
@@ -26,7 +26,7 @@ def standard_stages(
     is innermost, and the breaker sees each try (Polly's standard pipeline, gRPC)."""
     return [
         EmitEvents(clock, redact),
-        spend_budget,
+        SpendBudget(clock),
         Decide(clock, rng),
         guard_with_breaker,
         throttle_tries,

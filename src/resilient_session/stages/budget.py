@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session.body import drain
+from resilient_session.clock import Clock
+from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
+_DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
 _RETRY = Verdict.RETRY  # a module constant, cheaper per try than the Enum class lookup
 
 
-def spend_budget(attempt: Attempt, call_next: Next, /) -> Outcome:
+class SpendBudget:
     """Turn a planned retry into a give-up when the host's retry budget is spent.
 
     It sits outside the decide stage, so budget_exhausted is the last reason checked and a
-    token is withdrawn only for a retry that will really happen.
+    token is withdrawn only for a retry that will really happen. Only here is a retry certain,
+    so only here is the response it replaces released: a streamed body is drained (up to
+    ``body.DRAIN_LIMIT``) only when the call will not end with it.
     """
-    bucket = attempt.call.state.bucket
-    if attempt.number == 1:
-        bucket.deposit()
-    outcome = call_next(attempt)
-    if outcome.decision.verdict is _RETRY and not bucket.try_withdraw():
-        return outcome.with_decision(_BUDGET_EXHAUSTED)
-    return outcome
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        bucket = attempt.call.state.bucket
+        if attempt.number == 1:
+            bucket.deposit()
+        outcome = call_next(attempt)
+        if outcome.decision.verdict is not _RETRY:
+            return outcome
+        if not bucket.try_withdraw():
+            return outcome.with_decision(_BUDGET_EXHAUSTED)
+        response = outcome.response
+        if response is not None:
+            try:
+                drain(response, attempt.call.deadline_at, self._clock)
+            except DeadlineExceeded as cut:
+                # The body outlasted the deadline: no retry after all, and no token spent.
+                bucket.refund()
+                return Outcome(response, cut, _DEADLINE, breaker=outcome.breaker)
+        return outcome

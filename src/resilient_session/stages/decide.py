@@ -7,7 +7,6 @@ import random
 
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
-from resilient_session.body import drain
 from resilient_session.classify import Tier, classify
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
@@ -35,11 +34,6 @@ class Decide:
             # The happy path, decided without the tiers: any 2xx or 3xx ends the call.
             return outcome.with_decision(_SUCCESS)
         decision = self.decide(attempt, outcome)
-        if decision.verdict is Verdict.RETRY and response is not None:
-            try:
-                drain(response, attempt.call.deadline_at, self._clock)
-            except DeadlineExceeded as cut:
-                return Outcome(response, cut, _give_up(Reason.DEADLINE), breaker=outcome.breaker)
         if (
             decision.verdict is not Verdict.RETRY
             and attempt.last_real is not None

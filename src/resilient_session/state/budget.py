@@ -64,6 +64,12 @@ class TokenBucket:
             self._retries += 1
             return True
 
+    def refund(self) -> None:
+        """Give back the token of a retry that was withdrawn for but did not happen."""
+        with self._lock:
+            self._tokens = min(self._max_tokens, self._tokens + 1.0)
+            self._retries -= 1
+
     def _refill(self) -> None:
         now = self._clock.monotonic()
         rate = self._policy.min_per_second
