@@ -140,6 +140,18 @@ class WatchedHTTPSConnectionPool(HTTPSConnectionPool):
         super()._validate_conn(conn)  # connects a new connection: its handshake is watched
 
 
+# urllib3 writes the pool's class name into its messages ("HTTPConnectionPool(host=...): Max
+# retries exceeded") and the connection's into NewConnectionError's: spelled as urllib3's own,
+# an error reads as it does with plain requests, for code or people that match on its text.
+for _watched, _urllib3s in (
+    (WatchedHTTPConnection, HTTPConnection),
+    (WatchedHTTPSConnection, HTTPSConnection),
+    (WatchedHTTPConnectionPool, HTTPConnectionPool),
+    (WatchedHTTPSConnectionPool, HTTPSConnectionPool),
+):
+    _watched.__name__ = _watched.__qualname__ = _urllib3s.__qualname__
+    _watched.__module__ = _urllib3s.__module__
+
 _WATCHED_POOLS: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {
     HTTPConnectionPool: WatchedHTTPConnectionPool,
     HTTPSConnectionPool: WatchedHTTPSConnectionPool,
