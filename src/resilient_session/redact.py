@@ -71,7 +71,7 @@ def redact_url(url: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     what went on the wire. Never raises, even for a URL that does not parse.
     """
     base, _, query = url.partition("?")
-    if "#" not in url and "@" not in base and ";" not in base and not _might_hold(query, names):
+    if "#" not in url and "@" not in url and ";" not in base and not _might_hold(query, names):
         return url  # Nothing to hide: the common case, answered without parsing.
     return _redact_reference(url, names, absolute=True)
 
@@ -134,7 +134,8 @@ def _redact_reference(url: str, names: frozenset[str], *, absolute: bool) -> str
     else:
         head = _redact_path(head, names)
     if query:
-        query = _redact_query(query, names)
+        # A URL inside a value (``?next=https://user:pass@idp/cb``) loses its login too.
+        query = _USERINFO.sub(r"\g<scheme>", _redact_query(query, names))
     return head + mark + query
 
 

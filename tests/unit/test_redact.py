@@ -200,3 +200,9 @@ def test_no_secret_survives_in_any_message(host, before, after, relative):
     url = tail if relative else f"http://user:hunter2@{host}{tail}"
     shown = redact_text(f"{before}{url}{after}")
     assert not [secret for secret in SECRETS if secret in shown], shown
+
+
+def test_a_login_inside_a_query_value_is_dropped():
+    """A redirect target carried in the query keeps its URL but not its user:password@."""
+    url = "https://app.test/login?next=http://alice:s3cret@idp.test/cb&page=2"
+    assert redact_url(url) == "https://app.test/login?next=http://idp.test/cb&page=2"
