@@ -78,8 +78,12 @@ def _keep(response: requests.Response, chunks: list[bytes]) -> None:
 
 
 def _bound_socket(raw: Any, seconds: float) -> None:
-    connection = getattr(raw, "connection", None)
-    sock = getattr(connection, "sock", None)
+    sock = getattr(getattr(raw, "connection", None), "sock", None)
+    if sock is None:
+        # A response that ends its connection (Connection: close) is detached from it as its
+        # headers are read, but still reads from the socket through http.client's file.
+        socket_io = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(socket_io, "_sock", None)
     if sock is not None:
         current = sock.gettimeout()
         if current is None or current > seconds:
