@@ -69,7 +69,7 @@ class ResilientAdapter(HTTPAdapter):
     def attach(self, registry: HostRegistry) -> None:
         """Keep per-host state in *registry* from now on."""
         self._registry = registry
-        redact = sensitive_names(registry.config.events.redact_params)
+        redact = self._redact = sensitive_names(registry.config.events.redact_params)
         self._chain: Next = standard_chain(
             self._transport, clock=self._clock, rng=self._rng, redact=redact
         )
@@ -137,7 +137,7 @@ class ResilientAdapter(HTTPAdapter):
                 if call.deadline_at is None:
                     _ = response.content  # no deadline to read under: requests' own read
                 else:
-                    read_body(response, call.deadline_at, self._clock)
+                    read_body(response, call.deadline_at, self._clock, self._redact)
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)

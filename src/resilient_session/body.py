@@ -10,7 +10,7 @@ from urllib3.exceptions import SSLError as Urllib3SSLError
 
 from .clock import Clock
 from .errors import DeadlineExceeded
-from .redact import redact_url
+from .redact import SENSITIVE_PARAMS, redact_url
 
 _CHUNK = 64 * 1024
 
@@ -20,20 +20,30 @@ _CHUNK = 64 * 1024
 DRAIN_LIMIT: Final = 64 * 1024
 
 
-def read_body(response: requests.Response, deadline_at: float | None, clock: Clock) -> None:
+def read_body(
+    response: requests.Response,
+    deadline_at: float | None,
+    clock: Clock,
+    names: frozenset[str] = SENSITIVE_PARAMS,
+) -> None:
     """Read the whole body into ``response.content``; errors are requests' own types.
 
     With a deadline the body is read one socket read at a time, each bounded by what is left,
-    so a body that drips in slowly is cut at the deadline instead of running past it.
+    so a body that drips in slowly is cut at the deadline instead of running past it. *names*
+    are the parameters hidden in the URL that a cut's message names.
     """
     if deadline_at is None or not hasattr(response.raw, "read1"):
         _ = response.content
         return
-    _keep(response, _read(response, deadline_at, clock, None)[0])
+    _keep(response, _read(response, deadline_at, clock, None, names)[0])
 
 
 def _read(
-    response: requests.Response, deadline_at: float | None, clock: Clock, limit: int | None
+    response: requests.Response,
+    deadline_at: float | None,
+    clock: Clock,
+    limit: int | None,
+    names: frozenset[str],
 ) -> tuple[list[bytes], bool]:
     """The body's chunks, read one socket read at a time, and whether the body ended.
 
@@ -47,14 +57,14 @@ def _read(
         if deadline_at is not None:
             remaining = deadline_at - clock.monotonic()
             if remaining <= 0:
-                raise _exceeded(response)
+                raise _exceeded(response, names)
             _bound_socket(raw, remaining)
         want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - size)
         try:
             chunk = raw.read1(want, decode_content=True)
         except ReadTimeoutError as exc:
             if deadline_at is not None and deadline_at - clock.monotonic() <= 0:
-                raise _exceeded(response) from exc
+                raise _exceeded(response, names) from exc
             raise requests.ConnectionError(exc, response=response) from exc
         # The same translation requests applies in Response.iter_content.
         except ProtocolError as exc:
@@ -90,16 +100,21 @@ def _bound_socket(raw: Any, seconds: float) -> None:
             sock.settimeout(seconds)
 
 
-def _exceeded(response: requests.Response) -> DeadlineExceeded:
+def _exceeded(response: requests.Response, names: frozenset[str]) -> DeadlineExceeded:
     response.close()
     return DeadlineExceeded(
         f"deadline ran out while reading the body of {response.status_code} from "
-        f"{redact_url(response.url or '')}",
+        f"{redact_url(response.url or '', names)}",
         request=response.request,
     )
 
 
-def drain(response: requests.Response, deadline_at: float | None, clock: Clock) -> None:
+def drain(
+    response: requests.Response,
+    deadline_at: float | None,
+    clock: Clock,
+    names: frozenset[str] = SENSITIVE_PARAMS,
+) -> None:
     """Read at most ``DRAIN_LIMIT`` bytes of a response that will be retried, then close it.
 
     A body that ends within the bound is kept, as requests keeps it when it follows a
@@ -113,7 +128,7 @@ def drain(response: requests.Response, deadline_at: float | None, clock: Clock) 
             if not hasattr(response.raw, "read1"):
                 _ = response.content  # not urllib3's: no bounded read to be had
             else:
-                chunks, ended = _read(response, deadline_at, clock, DRAIN_LIMIT)
+                chunks, ended = _read(response, deadline_at, clock, DRAIN_LIMIT, names)
                 if not ended:
                     # The rest stays unread, so the connection cannot be reused: drop it.
                     response.raw.close()

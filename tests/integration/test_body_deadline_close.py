@@ -58,3 +58,15 @@ def test_a_dripping_body_with_connection_close_is_cut_at_the_deadline(closing_dr
             session.get(closing_dripper, timeout=(1, 5), deadline=1.0)
         elapsed = time.monotonic() - started
     assert 0.9 <= elapsed < 1.5
+
+
+def test_a_body_cut_names_the_url_without_configured_secrets(upstream):
+    """events.redact_params reaches the messages the library builds, not only the events."""
+    from resilient_session.upstream import Drip
+
+    upstream.script("/d", Drip(total_bytes=200, interval=0.05))
+    config = {"defaults": {"retry": {"max_attempts": 1}}, "events": {"redact_params": ["mytoken"]}}
+    with ResilientSession(config) as session, pytest.raises(DeadlineExceeded) as caught:
+        session.get(upstream.url("/d?mytoken=SECRET&page=2"), deadline=0.3)
+    assert "SECRET" not in str(caught.value)
+    assert "mytoken=REDACTED&page=2" in str(caught.value)

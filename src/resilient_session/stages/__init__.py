@@ -26,12 +26,12 @@ def standard_stages(
     is innermost, and the breaker sees each try (Polly's standard pipeline, gRPC)."""
     return [
         EmitEvents(clock, redact),
-        SpendBudget(clock),
+        SpendBudget(clock, redact),
         Decide(clock, rng),
         guard_with_breaker,
         throttle_tries,
         LimitConcurrency(clock),
-        EnforceDeadline(clock),
+        EnforceDeadline(clock, redact),
     ]
 
 

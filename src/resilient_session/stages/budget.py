@@ -7,6 +7,7 @@ from resilient_session.body import drain
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
+from resilient_session.redact import SENSITIVE_PARAMS
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
@@ -22,8 +23,9 @@ class SpendBudget:
     ``body.DRAIN_LIMIT``) only when the call will not end with it.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, redact: frozenset[str] = SENSITIVE_PARAMS) -> None:
         self._clock = clock
+        self._redact = redact
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         bucket = attempt.call.state.bucket
@@ -37,7 +39,7 @@ class SpendBudget:
         response = outcome.response
         if response is not None:
             try:
-                drain(response, attempt.call.deadline_at, self._clock)
+                drain(response, attempt.call.deadline_at, self._clock, self._redact)
             except DeadlineExceeded as cut:
                 # The body outlasted the deadline: no retry after all, and no token spent.
                 bucket.refund()

@@ -11,15 +11,16 @@ from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next
-from resilient_session.redact import redact_text
+from resilient_session.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 
 
 class EnforceDeadline:
     """Innermost: each try's connect and read timeouts never outlast the call's deadline."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, redact: frozenset[str] = SENSITIVE_PARAMS) -> None:
         self._clock = clock
+        self._redact = redact
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
         call = attempt.call
@@ -61,7 +62,7 @@ class EnforceDeadline:
             if cut or fired:
                 exceeded = DeadlineExceeded(
                     f"deadline for {call.method} {call.state.key} ran out during try "
-                    f"{attempt.number}: {redact_text(str(timed_out))}",
+                    f"{attempt.number}: {redact_text(str(timed_out), self._redact)}",
                     request=attempt.request,
                 )
                 exceeded.__cause__ = timed_out
