@@ -352,13 +352,14 @@ class Lanes:
             self.close()
             raise
 
-    def run(self, run: Run, timeout: float) -> list[LaneResult]:
-        """Every lane runs *run* at once; their results in ``STACKS`` order."""
-        for conn in self._conns:
+    def run(self, run: Run, timeout: float, only: int | None = None) -> list[LaneResult]:
+        """Every lane runs *run* at once, or lane *only* alone; results in ``STACKS`` order."""
+        conns = self._conns if only is None else [self._conns[only]]
+        for conn in conns:
             conn.send(run)
         ends = time.monotonic() + timeout
         results: list[LaneResult] = []
-        for conn in self._conns:
+        for conn in conns:
             if not conn.poll(max(0.0, ends - time.monotonic())):
                 raise RuntimeError("a lane did not finish its run in time")
             results.append(conn.recv())
