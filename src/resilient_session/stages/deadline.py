@@ -1,4 +1,5 @@
-"""The deadline stage: fail fast when the deadline is spent, clamp timeouts, send the header."""
+"""The deadline stage: fail fast when the deadline is spent, clamp timeouts, and tell the
+upstream what is left of the deadline and which try this is."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from urllib3.util import Timeout as Urllib3Timeout
 from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
+from resilient_session.inbound.headers import format_attempt
+from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
 from resilient_session.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
@@ -26,7 +29,12 @@ class EnforceDeadline:
         call = attempt.call
         deadline_at = call.deadline_at
         if deadline_at is None:
-            return call_next(attempt)
+            attempt_header = call.state.policy.deadline.attempt_header
+            if attempt_header is None:
+                return call_next(attempt)
+            request = attempt.request.copy()  # a copy: the caller's request is never changed
+            request.headers[attempt_header] = attempt_value(attempt)
+            return call_next(attempt.sending(request, attempt.timeout))
         remaining = deadline_at - self._clock.monotonic()
         if remaining <= 0:
             error = DeadlineExceeded(
@@ -39,11 +47,14 @@ class EnforceDeadline:
         read_cut = read is None or read > remaining
         timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
         request = attempt.request
-        header = call.state.policy.deadline.header
-        if header is not None:
+        headers = call.state.policy.deadline
+        if headers.header is not None or headers.attempt_header is not None:
             # A copy, so the caller's prepared request is never changed.
             request = request.copy()
-            request.headers[header] = str(int(remaining * 1000))
+            if headers.header is not None:
+                request.headers[headers.header] = str(int(remaining * 1000))
+            if headers.attempt_header is not None:
+                request.headers[headers.attempt_header] = attempt_value(attempt)
         # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
         watch = Watch(remaining)
         token = WATCHED.set(watch)
@@ -68,6 +79,22 @@ class EnforceDeadline:
                 exceeded.__cause__ = timed_out
                 return Outcome(error=exceeded)
         return outcome
+
+
+def attempt_value(attempt: Attempt) -> str:
+    """``n; max=m``: this try's number and the most tries the call can make.
+
+    A call that is not retried once it has reached the upstream (not idempotent, or a body
+    that cannot be sent again) says this try is its last. While the request being served will
+    be retried by its own caller, the value says so (n < m) even when this service makes one
+    try, so the service below keeps to one try as well: one layer retries, the outermost.
+    """
+    call = attempt.call
+    number = attempt.number
+    most = call.state.policy.retry.max_attempts if call.idempotent and call.replayable else number
+    if caller_retries():
+        most = max(most, number + 1)
+    return format_attempt(number, most)
 
 
 def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
