@@ -340,7 +340,7 @@ def plot(storms: Sequence[Storm], servers: Sequence[str], path: Path) -> None:
     groups = [
         ("first call\n(budgets full)", False, "first"),
         ("per call\nguards off", False, "per"),
-        ("per call\nguards on", True, "per"),
+        ("per call\nguards on\n(urllib3 has none)", True, "per"),
     ]
     colors = ("#d62728", "#ff7f0e", "#2ca02c")
     figure, axes = plt.subplots(
@@ -365,7 +365,7 @@ def plot(storms: Sequence[Storm], servers: Sequence[str], path: Path) -> None:
             bars = axis.bar(xs, values, width, label=label, color=colors[index])
             axis.bar_label(
                 bars,
-                labels=[f"{v:.2f}" if v < 10 else f"{v:.0f}" for v in values],
+                labels=[f"{v:.0f}" if v == int(v) else f"{v:.2f}" for v in values],
                 fontsize=7,
                 padding=1,
             )
@@ -375,8 +375,9 @@ def plot(storms: Sequence[Storm], servers: Sequence[str], path: Path) -> None:
         axis.set_ylim(0, 40)
         axis.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("tries reaching C (symlog)")
-    axes[0][0].legend(fontsize=7, loc="upper right")
-    figure.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=8, loc="upper center", ncol=len(STACKS), frameon=False)
+    figure.tight_layout(rect=(0, 0, 1, 0.92))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
