@@ -53,6 +53,15 @@ def environ(**headers: str) -> dict[str, Any]:
     return env
 
 
+def serve_body(middleware, env) -> Any:
+    """The body object the middleware hands the server."""
+
+    def start_response(status, headers, exc_info=None):
+        return lambda data: None
+
+    return middleware(env, start_response)
+
+
 def serve_wsgi(middleware, env) -> tuple[list[str], bytes]:
     statuses: list[str] = []
 
@@ -177,6 +186,31 @@ def test_wsgi_streamed_body_runs_in_the_request_context(clock):
     assert [scope.at for scope in seen.scopes] == [pytest.approx(clock.now + 0.99)] * 2
     assert seen.single_try == [True, True]
     assert (current_scope(), caller_retries()) == (None, False)
+
+
+def test_wsgi_finished_bodies_are_handed_back_as_they_are(clock):
+    """A list body and a server's file wrapper reach the server unwrapped, so it keeps its
+    shortcuts (Content-Length from a one-item list, sendfile)."""
+
+    class FileWrapper:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def __iter__(self):
+            return iter([self.data])
+
+    listed = [b"ok"]
+    wrapped = FileWrapper(b"file")
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return listed if environ["PATH_INFO"] == "/list" else wrapped
+
+    middleware = WSGIMiddleware(app, clock=clock)
+    env = environ(x_request_attempt="1; max=2")
+    env["wsgi.file_wrapper"] = FileWrapper
+    assert serve_body(middleware, {**env, "PATH_INFO": "/list"}) is listed
+    assert serve_body(middleware, {**env, "PATH_INFO": "/file"}) is wrapped
 
 
 def test_wsgi_close_reaches_the_app_body(clock):
@@ -324,6 +358,42 @@ def test_asgi_adopts_in_handler_tasks_and_copied_thread_contexts(clock):
     assert [scope.at for scope in seen.scopes] == [pytest.approx(clock.now + 0.79)] * 3
     assert seen.single_try == [True, True, True]
     assert (current_scope(), caller_retries()) == (None, False)
+
+
+def test_asgi_concurrent_requests_keep_apart(clock):
+    """64 requests in flight on one loop, each yielding between reads: each sees its own."""
+    wrong: list[tuple[int, Any, bool]] = []
+
+    async def app(scope, receive, send):
+        index = int(scope["path"][1:])
+        for _ in range(3):
+            await asyncio.sleep(0)  # let the other requests run in between
+            scope_seen, single_try = current_scope(), caller_retries()
+            expected_at = clock.now + (100 + index) / 1000 - 0.01
+            if (
+                scope_seen is None
+                or scope_seen.at != pytest.approx(expected_at)
+                or single_try != bool(index % 2)
+            ):
+                wrong.append((index, scope_seen, single_try))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    middleware = ASGIMiddleware(app, clock=clock)
+
+    async def one(index: int) -> None:
+        attempt = b"1; max=2" if index % 2 else b"2; max=2"
+        scope = asgi_scope(
+            (b"x-request-timeout-ms", str(100 + index).encode()), (b"x-request-attempt", attempt)
+        )
+        scope["path"] = f"/{index}"
+        await middleware(scope, _receive, _send_nothing)
+
+    async def run() -> None:
+        await asyncio.gather(*(one(index) for index in range(64)))
+
+    asyncio.run(run())
+    assert wrong == []
 
 
 def test_asgi_thread_without_copied_context_sees_nothing(clock):

@@ -22,8 +22,8 @@ class WSGIMiddleware:
 
     Framework-free: Flask (``app.wsgi_app = WSGIMiddleware(app.wsgi_app)``), Django (wrap
     ``get_wsgi_application()``) and any WSGI server take it as they take any middleware. A
-    malformed header is ignored, never an error. The response body is iterated in the same
-    context, so a streamed body's outgoing calls keep them too.
+    malformed header is ignored, never an error. A lazy response body (a generator) is
+    iterated in the same context, so a streamed body's outgoing calls keep them too.
 
     Args:
         app: the WSGI application.
@@ -57,6 +57,13 @@ class WSGIMiddleware:
         # the server, and it must still see what the handler saw.
         context = contextvars.copy_context()
         body = context.run(_serve, adopted, self.app, environ, start_response)
+        wrapper = environ.get("wsgi.file_wrapper")
+        if isinstance(body, list | tuple) or (
+            isinstance(wrapper, type) and isinstance(body, wrapper)
+        ):
+            # Nothing left to run: handed back as is, so the server keeps its shortcuts (a
+            # one-item list's Content-Length, a file wrapper's sendfile).
+            return body
         return _BodyInContext(body, context)
 
 
