@@ -106,12 +106,29 @@ def test_hang_is_held_to_the_limit(played):
     assert hang.elapsed < 1.0
 
 
+def test_two_hops_retry_at_one_layer(played):
+    """A -> B -> C with C down, three tries a call at A and B: with B wrapped in the middleware
+    C sees 1 + 1 + 3 = 5 requests (B's calls on A's first two tries give up with
+    caller_retries), without it 3 x 3 = 9."""
+    scenes, _ = played
+    hops = scenes[11]
+    assert _calls(hops) == [
+        ("A: GET B/hop, B wrapped", 3, "give_up", "max_attempts", "503 Service Unavailable"),
+        ("B: its 3 calls to C", 5, "give_up", "max_attempts", "503 Service Unavailable"),
+        ("A: GET B/hop, B bare", 3, "give_up", "max_attempts", "503 Service Unavailable"),
+        ("B: its 3 calls to C", 9, "give_up", "max_attempts", "503 Service Unavailable"),
+    ]
+    assert hops.upstream_hits == 5 + 9
+    assert "C saw 5 requests for the user's call with B wrapped" in hops.note
+    assert "9 without (3 x 3)" in hops.note
+
+
 def test_streamed_events_are_valid_json_lines(played):
     """One http.try per try of every scene and 3 breaker.transition lines stream, each valid
     against the schema."""
     scenes, events = played
     kinds = [event["event"] for event in events]
-    assert kinds.count("demo.scene") == 11
+    assert kinds.count("demo.scene") == 12
     assert kinds.count("http.try") == sum(call.tries for scene in scenes for call in scene.calls)
     assert kinds.count("breaker.transition") == 3
     validator = jsonschema.Draft202012Validator(SCHEMA)
@@ -136,7 +153,7 @@ def test_demo_command_with_stdout_flag(capsys):
     assert table[0].split()[:3] == ["scene", "call", "tries"]
     events = sum(1 for line in lines if line.startswith('{"method"'))
     assert events > 28 + 12
-    assert table[-1].startswith("11 scenes in ")
+    assert table[-1].startswith("12 scenes in ")
 
 
 def test_demo_subprocess_finishes_fast_with_a_table():
@@ -162,13 +179,14 @@ def test_demo_subprocess_finishes_fast_with_a_table():
         ("7 outage: budget holds retries", "give_up", "budget_exhausted"),
         ("8 breaker opens, probes, closes", "give_up", "breaker_open"),
         ("11 hang held by the limit", "fail_fast", "concurrency_limit"),
+        ("12 two hops: one layer retries", "give_up", "max_attempts"),
     ]
     for start, decision, reason in expected:
         words = _row(done.stdout, start)
         # From the right: a scene's title may contain the decision's word too.
         at = len(words) - 1 - words[::-1].index(decision)
         assert words[at + 1] == reason, start
-    assert done.stdout.splitlines()[-1].startswith("11 scenes in ")
+    assert done.stdout.splitlines()[-1].startswith("12 scenes in ")
 
 
 def _row(table: str, start: str) -> list[str]:

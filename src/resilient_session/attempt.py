@@ -46,6 +46,7 @@ class Reason(str, Enum):
     DEADLINE_SPENT = "deadline_spent"
     THROTTLED = "throttled"
     CONCURRENCY_LIMIT = "concurrency_limit"
+    CALLER_RETRIES = "caller_retries"
 
 
 class Decision(NamedTuple):

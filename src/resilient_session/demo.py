@@ -20,7 +20,9 @@ import requests
 import structlog
 
 from .clock import SYSTEM_CLOCK
+from .inbound import WSGIMiddleware
 from .render import json_processors
+from .service import LoopbackService
 from .session import ResilientSession
 from .upstream import Flaky, FlakyUpstream, Hang, Reply
 
@@ -315,6 +317,56 @@ def _outcome(session: ResilientSession, stage: _Stage) -> str:
     return f"{response.status_code} {response.reason}"
 
 
+_HOP_ATTEMPTS: Final = 3
+# Both hops retry fast; the counts are what the scene shows.
+_HOP_RETRY: Final = {"max_attempts": _HOP_ATTEMPTS, "backoff_base": 0.005, "backoff_cap": 0.01}
+
+
+def _two_hops(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script("/hop", Reply(503))
+    rows, seen = [], []
+    for wrapped in (True, False):
+        before = stage.upstream.hits("/hop")
+        a_row, b_row = _through_b(stage, wrapped)
+        rows += [a_row, b_row]
+        seen.append(stage.upstream.hits("/hop") - before)
+    return rows, (
+        f"A -> B -> C, C down, {_HOP_ATTEMPTS} tries a call at A and at B: C saw {seen[0]} "
+        f"requests for the user's call with B wrapped in the middleware (one try per call "
+        f"while A will retry, B's own retries on A's last try), {seen[1]} without "
+        f"({_HOP_ATTEMPTS} x {_HOP_ATTEMPTS})"
+    )
+
+
+def _through_b(stage: _Stage, wrapped: bool) -> tuple[CallResult, CallResult]:
+    """One user call from A through a service B, in this process, to the upstream C."""
+    with stage.session(retry=_HOP_RETRY) as b_session:
+        c_url = stage.upstream.url("/hop")
+
+        def b_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+            # B passes C's status on, as a proxy would, so that A can retry it.
+            response = b_session.get(c_url)
+            start_response(f"{response.status_code} {response.reason}", [])
+            return [response.content]
+
+        app = WSGIMiddleware(b_app) if wrapped else b_app
+        with LoopbackService(app) as b, stage.session(retry=_HOP_RETRY) as a:
+            stage.recorder.take()
+            started = SYSTEM_CLOCK.monotonic()
+            response = a.get(b.url("/hop"))
+            elapsed = SYSTEM_CLOCK.monotonic() - started
+            events = stage.recorder.take()
+    a_host = b.host_key
+    a_events = [e for e in events if e.get("host") == a_host]
+    b_events = [e for e in events if e.get("event") == "http.try" and e.get("host") != a_host]
+    how = "B wrapped" if wrapped else "B bare"
+    result = f"{response.status_code} {response.reason}"
+    a_row = _summarise(f"A: GET B/hop, {how}", a_events, result, elapsed)
+    b_calls = sum(1 for e in b_events if e["attempt"] == 1)
+    b_row = _summarise(f"B: its {b_calls} calls to C", b_events, result, elapsed)
+    return a_row, b_row
+
+
 _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]], ...]] = (
     ("503 retried to success", _overload_retried),
     ("429 Retry-After honoured", _retry_after_honoured),
@@ -327,6 +379,7 @@ _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]
     ("brownout keeps serving", _brownout_keeps_serving),
     ("heavy brownout throttled", _brownout_throttled),
     ("hang held by the limit", _hang_held),
+    ("two hops: one layer retries", _two_hops),
 )
 
 

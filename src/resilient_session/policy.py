@@ -110,13 +110,24 @@ class BreakerPolicy(StrictStruct, frozen=True):
 
 
 class DeadlinePolicy(StrictStruct, frozen=True):
-    """The default deadline of a call and the header that carries what remains of it."""
+    """The default deadline of a call and the headers that tell the upstream about each try:
+    what remains of the deadline, and which try of how many this is."""
 
     default: Seconds | None = None
     header: HeaderName | None = "X-Request-Timeout-Ms"
+    attempt_header: HeaderName | None = "X-Request-Attempt"
 
     def __post_init__(self) -> None:
-        check_header_names(self, ("header",))
+        check_header_names(self, ("header", "attempt_header"))
+        if (
+            self.header is not None
+            and self.attempt_header is not None
+            and self.header.lower() == self.attempt_header.lower()
+        ):
+            raise ValueError(
+                f"attempt_header: must differ from header ({self.header!r}), "
+                f"got {self.attempt_header!r}"
+            )
 
 
 class TimeoutPolicy(StrictStruct, frozen=True):
@@ -186,6 +197,18 @@ class EventsPolicy(StrictStruct, frozen=True):
     )
 
 
+class InboundPolicy(StrictStruct, frozen=True):
+    """What the inbound middleware adopts from a caller that also uses this library.
+
+    The header names are the ``defaults.deadline`` ones: a fleet reads what it sends.
+    """
+
+    adopt_deadline: bool = True
+    margin_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 10
+    max_ms: Annotated[int, msgspec.Meta(ge=1, le=int(DAY * 1000))] = 300_000
+    single_try_when_caller_retries: bool = True
+
+
 class ConfigDocument(StrictStruct, frozen=True):
     """The shape of a configuration file; used for the JSON Schema and top-level keys."""
 
@@ -193,3 +216,4 @@ class ConfigDocument(StrictStruct, frozen=True):
     hosts: dict[str, HostPolicy] = {}
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
+    inbound: InboundPolicy = InboundPolicy()

@@ -221,10 +221,15 @@ def test_default_yaml_lists_exactly_the_builtin_defaults():
     path = ROOT / "config" / "default.yaml"
     loaded = load(path)
     assert loaded.defaults == HostPolicy()
-    assert (loaded.registry, loaded.events) == (Config().registry, Config().events)
+    assert (loaded.registry, loaded.events, loaded.inbound) == (
+        Config().registry,
+        Config().events,
+        Config().inbound,
+    )
     written = yaml.safe_load(path.read_text())
     for section, values in msgspec.to_builtins(HostPolicy()).items():
         assert set(written["defaults"][section]) == set(values), section
+    assert set(written["inbound"]) == set(msgspec.to_builtins(Config().inbound))
 
 
 def test_example_yaml_loads():

@@ -23,6 +23,7 @@ from resilient_session.deadline import (
     narrowed,
     remaining,
 )
+from resilient_session.stages.deadline import with_headers
 
 
 def test_nested_keeps_the_earliest(clock):
@@ -196,3 +197,29 @@ def test_a_urllib3_total_timeout_is_split_without_starting_it():
     assert split_timeout(Timeout(total=5)) == (5.0, 5.0)
     assert split_timeout(Timeout(connect=2, read=9, total=5)) == (2.0, 5.0)
     assert split_timeout(Timeout(connect=2, read=3)) == (2.0, 3.0)
+
+
+def test_with_headers_leaves_the_callers_request_as_it_was():
+    """The copy sends the new headers (replacing one of another case) and the caller's cookies
+    and body; the caller's own request keeps its headers."""
+    request = requests.Request(
+        "PUT",
+        "http://svc.test/items",
+        headers={"x-request-attempt": "mine", "Accept": "text/plain"},
+        cookies={"session": "abc"},
+        data=b"body",
+    ).prepare()
+    before = dict(request.headers)
+    sent = with_headers(
+        request, [("X-Request-Attempt", "1; max=4"), ("X-Request-Timeout-Ms", "900")]
+    )
+    assert dict(sent.headers) == {
+        **{k: v for k, v in before.items() if k != "x-request-attempt"},
+        "X-Request-Attempt": "1; max=4",
+        "X-Request-Timeout-Ms": "900",
+    }
+    assert sent.headers["x-request-timeout-ms"] == "900"
+    assert dict(request.headers) == before
+    assert (sent.method, sent.url, sent.body) == ("PUT", "http://svc.test/items", b"body")
+    assert sent.headers["Cookie"] == "session=abc"
+    assert sent._cookies.get("session") == "abc"  # type: ignore[attr-defined]  # private in the stubs

@@ -28,7 +28,7 @@ def _try(host: str = A, attempt: int = 1, decision: str = "success", **fields) -
         "host": host,
         "attempt": attempt,
         "decision": decision,
-        "reason": reason,
+        "reason": fields.pop("reason", reason),
         "total": 0.1,
         **fields,
     }
@@ -135,6 +135,21 @@ def test_interleaved_calls_are_counted_per_event():
     figures = stats.summary()["hosts"][A]
     assert (figures["calls"], figures["tries"], figures["tries_per_call"]) == (2, 4, 2.0)
     assert (figures["successes"], figures["give_ups"]) == (1, {"max_attempts": 1})
+
+
+def test_caller_retries_give_ups_are_counted_by_name():
+    """A give-up because the inbound caller will retry is a give-up like any other, by reason."""
+    stats = StatsAggregator()
+    stats.feed_lines(
+        [
+            _try(decision="give_up", reason="caller_retries"),
+            _try(decision="give_up", reason="caller_retries"),
+            _try(decision="give_up"),
+        ]
+    )
+    figures = stats.summary()["hosts"][A]
+    assert (figures["calls"], figures["tries"], stats.skipped.malformed) == (3, 3, 0)
+    assert figures["give_ups"] == {"caller_retries": 2, "max_attempts": 1}
 
 
 def test_other_lines_are_skipped_and_counted_by_kind():

@@ -1,15 +1,22 @@
-"""The deadline stage: fail fast when the deadline is spent, clamp timeouts, send the header."""
+"""The deadline stage: fail fast when the deadline is spent, clamp timeouts, and tell the
+upstream what is left of the deadline and which try this is."""
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import requests
+from requests.structures import CaseInsensitiveDict
 from urllib3.util import Timeout as Urllib3Timeout
 
 from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
+from resilient_session.inbound.headers import format_attempt
+from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
 from resilient_session.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
@@ -26,7 +33,11 @@ class EnforceDeadline:
         call = attempt.call
         deadline_at = call.deadline_at
         if deadline_at is None:
-            return call_next(attempt)
+            attempt_header = call.state.policy.deadline.attempt_header
+            if attempt_header is None:
+                return call_next(attempt)
+            request = with_headers(attempt.request, ((attempt_header, attempt_value(attempt)),))
+            return call_next(attempt.sending(request, attempt.timeout))
         remaining = deadline_at - self._clock.monotonic()
         if remaining <= 0:
             error = DeadlineExceeded(
@@ -39,11 +50,14 @@ class EnforceDeadline:
         read_cut = read is None or read > remaining
         timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
         request = attempt.request
-        header = call.state.policy.deadline.header
-        if header is not None:
-            # A copy, so the caller's prepared request is never changed.
-            request = request.copy()
-            request.headers[header] = str(int(remaining * 1000))
+        names = call.state.policy.deadline
+        if names.header is not None or names.attempt_header is not None:
+            values: list[tuple[str, str]] = []
+            if names.header is not None:
+                values.append((names.header, str(int(remaining * 1000))))
+            if names.attempt_header is not None:
+                values.append((names.attempt_header, attempt_value(attempt)))
+            request = with_headers(request, values)
         # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
         watch = Watch(remaining)
         token = WATCHED.set(watch)
@@ -68,6 +82,55 @@ class EnforceDeadline:
                 exceeded.__cause__ = timed_out
                 return Outcome(error=exceeded)
         return outcome
+
+
+def with_headers(
+    request: requests.PreparedRequest, values: Iterable[tuple[str, str]]
+) -> requests.PreparedRequest:
+    """A copy of *request* that also sends the ``(name, value)`` pairs of *values*; the
+    caller's request is never changed.
+
+    ``PreparedRequest.copy()`` without the cookie jar's copy, and with the header map's store
+    copied and written directly (a folded name maps to the name as given and its value, as
+    ``CaseInsensitiveDict`` keeps them): this runs on every try, where ``copy()`` and a header
+    set cost about 9 µs and this about 1.5. Nothing changes the jar of a request on its way
+    out: requests copies a request before it changes its cookies (redirects), and so does
+    ``Attempt.next``.
+    """
+    sent = _new_object(requests.PreparedRequest)
+    sent.__dict__.update(request.__dict__)
+    headers = _new_object(CaseInsensitiveDict)
+    original = request.headers
+    # requests' private store, unchanged since requests 2.0.
+    store = original._store.copy() if original is not None else OrderedDict()  # type: ignore[attr-defined]
+    for name, value in values:
+        store[name.lower()] = (name, value)
+    headers._store = store  # type: ignore[attr-defined]
+    sent.headers = headers
+    return sent
+
+
+_new_object = object.__new__
+
+
+def attempt_value(attempt: Attempt) -> str:
+    """``n; max=m``: this try's number and the most tries the call can make.
+
+    A call that is not retried once it has reached the upstream (not idempotent, or a body
+    that cannot be sent again) says this try is its last. While the request being served will
+    be retried by its own caller, the value says so (n < m) even when this service makes one
+    try, so the service below keeps to one try as well: one layer retries, the outermost.
+    """
+    call = attempt.call
+    number = attempt.number
+    most = call.state.policy.retry.max_attempts if call.idempotent and call.replayable else number
+    if caller_retries():
+        most = max(most, number + 1)
+    return _attempt_text(number, most)
+
+
+# At most 100 tries a call (retry.max_attempts), so a few hundred texts cover every call.
+_attempt_text = functools.lru_cache(maxsize=1024)(format_attempt)
 
 
 def split_timeout(timeout: Any) -> tuple[float | None, float | None]:

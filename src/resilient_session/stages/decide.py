@@ -10,10 +10,12 @@ from resilient_session.backoff import full_jitter, overload_backoff, parse_retry
 from resilient_session.classify import Tier, classify
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
+from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
 from resilient_session.state.breaker import BreakerState
 
 _SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
+_CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
 
 
 def _give_up(reason: Reason) -> Decision:
@@ -82,6 +84,10 @@ class Decide:
             return _give_up(Reason.DEADLINE)
         if call.deadline_at is not None and self._clock.monotonic() + wait >= call.deadline_at:
             return _give_up(Reason.DEADLINE)
+        if caller_retries():
+            # The request being served will be tried again by its caller, which repeats this
+            # call too: a retry here as well would multiply the tries below.
+            return _CALLER_RETRIES
         return Decision(Verdict.RETRY, reason, wait)
 
     def _retry_after(self, outcome: Outcome) -> float | None:

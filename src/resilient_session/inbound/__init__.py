@@ -1,0 +1,17 @@
+"""Inbound middleware: serve a request under its caller's deadline and retry intent, so that a
+chain of services using this library retries at one layer and stops when the caller stops."""
+
+from __future__ import annotations
+
+from .asgi import ASGIMiddleware
+from .headers import AttemptHeader, format_attempt, parse_attempt, parse_timeout_ms
+from .wsgi import WSGIMiddleware
+
+__all__ = [
+    "ASGIMiddleware",
+    "AttemptHeader",
+    "WSGIMiddleware",
+    "format_attempt",
+    "parse_attempt",
+    "parse_timeout_ms",
+]
