@@ -13,7 +13,7 @@ import msgspec
 
 from . import configfile
 from .errors import ConfigError
-from .policy import ConfigDocument, EventsPolicy, HostPolicy, RegistryPolicy
+from .policy import ConfigDocument, EventsPolicy, HostPolicy, RegistryPolicy, StatePolicy
 from .validation import Errors, check_key, check_struct, check_value, dotted, shown
 
 ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
@@ -54,6 +54,7 @@ class Config(msgspec.Struct, frozen=True):
     rules: tuple[_HostRule, ...] = ()
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
+    state: StatePolicy = StatePolicy()
     source: str = "built-in defaults"
 
     def for_host(self, host: str, port: int) -> HostPolicy:
@@ -110,6 +111,7 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
         defaults = check_struct(data.get("defaults", {}), HostPolicy, ("defaults",), errors)
         registry = check_struct(data.get("registry", {}), RegistryPolicy, ("registry",), errors)
         events = check_struct(data.get("events", {}), EventsPolicy, ("events",), errors)
+        state = check_struct(data.get("state", {}), StatePolicy, ("state",), errors)
         rules = _rules(data.get("hosts", {}), defaults, errors)
     except RecursionError:
         raise ConfigError("config nests too deeply") from None
@@ -118,9 +120,15 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
     assert defaults is not None  # noqa: S101
     assert registry is not None  # noqa: S101
     assert events is not None  # noqa: S101
+    assert state is not None  # noqa: S101
     rules.sort(key=_HostRule.specificity)
     return Config(
-        defaults=defaults, rules=tuple(rules), registry=registry, events=events, source=origin
+        defaults=defaults,
+        rules=tuple(rules),
+        registry=registry,
+        events=events,
+        state=state,
+        source=origin,
     )
 
 

@@ -1,0 +1,294 @@
+"""Guards that a fleet shares: local state that notes what changed, and adopts the fleet's.
+
+Each class is the memory guard plus two methods for the sync thread: ``exchange()`` takes
+what changed here since the last exchange, ``adopt()`` takes in what the whole fleet holds.
+Admission and counting stay local and under the guard's own lock, so a call never waits on
+the shared store, and with the store gone each guard simply goes on as the memory one.
+Nothing here knows where the fleet's state is kept.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from resilient_session.clock import Clock
+from resilient_session.policy import BreakerPolicy, BudgetPolicy, ThrottlePolicy
+
+from .breaker import BreakerState, CircuitBreaker, Permit, Transition, TryResult
+from .budget import TokenBucket
+from .throttle import AdaptiveThrottle, ThrottleSnapshot
+
+_FAILURE = TryResult.FAILURE
+_SUCCESS = TryResult.SUCCESS
+_CLOSED = BreakerState.CLOSED
+_OPEN = BreakerState.OPEN
+_HALF_OPEN = BreakerState.HALF_OPEN
+
+
+class StateCode(IntEnum):
+    """A breaker state as the shared store keeps it."""
+
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+
+class Change(IntEnum):
+    """The last state change this worker's breaker made by itself since the last exchange."""
+
+    NONE = 0
+    OPENED = 1
+    CLOSED = 2
+
+
+_CODES = {
+    BreakerState.CLOSED: StateCode.CLOSED,
+    BreakerState.OPEN: StateCode.OPEN,
+    BreakerState.HALF_OPEN: StateCode.HALF_OPEN,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerReport:
+    """What a worker's breaker tells the fleet at one exchange."""
+
+    state: StateCode
+    # Milliseconds an open breaker stays open here; what a fresh shared state starts from.
+    open_for_ms: int
+    # The fleet generation this breaker last adopted; a change made against an older one lost
+    # a race with another worker's and is dropped by the store.
+    generation: int
+    # Consecutive failures at the end of the batch, and whether a success came before them
+    # (it ends the fleet's run of failures, as it ends a local one).
+    failure_run: int
+    success_seen: bool
+    change: Change
+
+
+class FleetBreaker(CircuitBreaker):
+    """A circuit breaker whose failures count fleet-wide and whose openings every worker
+    follows.
+
+    A failure while closed wakes the sync thread (*wake*): it may be the one that opens the
+    breaker for the fleet. Successes on a healthy host only set a flag.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        policy: BreakerPolicy,
+        clock: Clock,
+        rng: random.Random,
+        wake: Callable[[], None],
+    ) -> None:
+        super().__init__(host, policy, clock, rng)
+        self._wake = wake
+        # Its own lock, never held with the breaker's: the batch is not the state machine.
+        self._batch_lock = threading.Lock()
+        self._failure_run = 0
+        self._success_seen = False
+        self._change = Change.NONE
+        self._generation = 0
+
+    def record(
+        self, permit: Permit, result: TryResult, sent: bool = True, counted: bool = True
+    ) -> tuple[BreakerState, Transition | None]:
+        state, transition = super().record(permit, result, sent, counted)
+        if transition is not None:
+            if transition.to_state is not _HALF_OPEN:
+                with self._batch_lock:
+                    self._change = Change.OPENED if transition.to_state is _OPEN else Change.CLOSED
+                self._wake()
+        elif permit.probe or not sent or state is not _CLOSED:
+            # A probe speaks through the change it makes; a stale result speaks for nothing.
+            pass
+        elif result is _FAILURE:
+            with self._batch_lock:
+                self._failure_run += 1
+            self._wake()
+        elif result is _SUCCESS and (self._failure_run or not self._success_seen):
+            with self._batch_lock:
+                self._failure_run = 0
+                self._success_seen = True
+        return state, transition
+
+    def exchange(self) -> BreakerReport:
+        """What changed here since the last exchange; the batch starts afresh."""
+        with self._lock:
+            state = self._state
+            open_for = 0.0
+            if state is _OPEN:
+                open_for = max(0.0, self._open_until - self._clock.monotonic())
+        with self._batch_lock:
+            report = BreakerReport(
+                _CODES[state],
+                round(open_for * 1000),
+                self._generation,
+                self._failure_run,
+                self._success_seen,
+                self._change,
+            )
+            self._failure_run = 0
+            self._success_seen = False
+            self._change = Change.NONE
+        return report
+
+    def adopt(self, state: StateCode, open_for: float, generation: int) -> Transition | None:
+        """Follow the fleet's breaker: *state*, open for *open_for* more seconds, as of
+        *generation*. Returns this breaker's transition, if it made one, to be logged."""
+        with self._lock:
+            if generation == self._generation:
+                # Nothing new in the fleet; what this breaker did since is in its next batch.
+                return None
+            self._generation = generation
+            now = self._clock.monotonic()
+            if state is StateCode.CLOSED:
+                if self._state is _CLOSED:
+                    return None
+                self._openings = 0
+                return self._move(_CLOSED)
+            if self._state is _OPEN:
+                self._open_until = now + open_for
+                return None
+            if self._state is _HALF_OPEN and open_for <= 0:
+                # Probing already: the fleet's opening has run out here too.
+                return None
+            self._openings += 1
+            transition = self._move(_OPEN)
+            self._open_until = now + open_for
+            return transition
+
+    def isolate(self) -> None:
+        """The fleet is out of reach: forget the batch, whose counts it will never see."""
+        with self._batch_lock:
+            self._failure_run = 0
+            self._success_seen = False
+            self._change = Change.NONE
+
+
+class FleetBucket(TokenBucket):
+    """A retry budget that is this worker's share of the fleet's one bucket.
+
+    Deposits and withdrawals are counted as the memory bucket counts them; the sync thread
+    sends what was counted since the last exchange and sets the tokens to this worker's share
+    of the fleet's, plus what happened here in the meantime.
+    """
+
+    def __init__(self, policy: BudgetPolicy, clock: Clock) -> None:
+        super().__init__(policy, clock)
+        self._sent_first_tries = 0
+        self._sent_retries = 0
+
+    def exchange(self) -> tuple[int, int]:
+        """``(deposits, withdrawals)`` since the last exchange; a refund counts as -1."""
+        with self._lock:
+            deposits = self._first_tries - self._sent_first_tries
+            withdrawals = self._retries - self._sent_retries
+            self._sent_first_tries = self._first_tries
+            self._sent_retries = self._retries
+            return deposits, withdrawals
+
+    def adopt(self, fleet_tokens: float, workers: int) -> None:
+        """Hold this worker's share of the fleet's *fleet_tokens*, split among *workers*."""
+        with self._lock:
+            since = (self._first_tries - self._sent_first_tries) * self._ratio - (
+                self._retries - self._sent_retries
+            )
+            share = fleet_tokens / max(1, workers)
+            self._tokens = min(self._max_tokens, max(0.0, share + since))
+            self._refilled_at = max(self._clock.monotonic(), self._refilled_at)
+
+
+class FleetThrottle(AdaptiveThrottle):
+    """An adaptive throttle whose window also holds the other workers' tries and accepts.
+
+    The refusal chance is computed over this worker's window plus the rest of the fleet's, as
+    of the last exchange; without the fleet it is the memory throttle's.
+    """
+
+    __slots__ = ("_others_accepts", "_others_tries", "_sent_accepts", "_sent_tries")
+
+    def __init__(self, policy: ThrottlePolicy, clock: Clock, rng: random.Random) -> None:
+        super().__init__(policy, clock, rng)
+        self._others_tries = 0
+        self._others_accepts = 0
+        self._sent_tries = 0
+        self._sent_accepts = 0
+
+    @property
+    def width(self) -> float:
+        """Seconds per bucket of the window."""
+        return self._width
+
+    @property
+    def buckets(self) -> int:
+        """Buckets in the window."""
+        return self._buckets
+
+    def ask(self) -> float | None:
+        with self._lock:
+            now = self._clock.monotonic() // self._width
+            if now > self._newest:
+                self._slide(int(now))
+            tries = self._total_tries + self._others_tries
+            if tries < self._min_tries:
+                return None
+            excess = tries - self._k * (self._total_accepts + self._others_accepts)
+            if excess <= self._slack:
+                return None
+            probability = excess / (tries + 1)
+            if self._rng.random() >= probability:
+                return None
+            self._throttled += 1
+            return probability
+
+    def record(self, accepted: bool) -> None:
+        with self._lock:
+            now = self._clock.monotonic() // self._width
+            if now > self._newest:
+                self._slide(int(now))
+            index = self._newest % self._buckets
+            self._tries[index] += 1
+            self._total_tries += 1
+            self._sent_tries += 1
+            if accepted:
+                self._accepts[index] += 1
+                self._total_accepts += 1
+                self._sent_accepts += 1
+
+    def reset(self) -> None:
+        super().reset()
+        with self._lock:
+            self._others_tries = self._others_accepts = 0
+
+    def snapshot(self) -> ThrottleSnapshot:
+        with self._lock:
+            self._slide(int(self._clock.monotonic() // self._width))
+            tries = self._total_tries + self._others_tries
+            accepts = self._total_accepts + self._others_accepts
+            return ThrottleSnapshot(
+                self._probability(tries, accepts), tries, accepts, self._throttled
+            )
+
+    def exchange(self) -> tuple[int, int, int, int]:
+        """``(tries, accepts)`` counted since the last exchange, then this worker's window
+        totals ``(tries, accepts)``, which the fleet's include."""
+        with self._lock:
+            tries, accepts = self._sent_tries, self._sent_accepts
+            self._sent_tries = self._sent_accepts = 0
+            return tries, accepts, self._total_tries, self._total_accepts
+
+    def adopt(self, fleet_tries: int, fleet_accepts: int, own_tries: int, own_accepts: int) -> None:
+        """Count the fleet's window, less this worker's own share of it (*own_*), as others'."""
+        with self._lock:
+            self._others_tries = max(0, fleet_tries - own_tries)
+            self._others_accepts = max(0, fleet_accepts - own_accepts)
+
+    def isolate(self) -> None:
+        """The fleet is out of reach: refuse from this worker's own window only."""
+        with self._lock:
+            self._others_tries = self._others_accepts = 0
