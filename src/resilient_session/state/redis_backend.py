@@ -99,7 +99,7 @@ class RedisBackend:
         timeout = policy.timeout_ms / 1000
         try:
             # One attempt within timeout_ms: redis-py's default retries with backoff alone
-            # would outlast it. No handshake extras (CLIENT SETINFO) either.
+            # would outlast it.
             self._client: redis.Redis = redis.Redis.from_url(
                 policy.url,
                 socket_timeout=timeout,
@@ -107,8 +107,6 @@ class RedisBackend:
                 retry=Retry(NoBackoff(), 0),
                 retry_on_timeout=False,
                 health_check_interval=0,
-                lib_name=None,
-                lib_version=None,
             )
         except ValueError as exc:
             raise ConfigError(f"state.url: {redact_text(str(exc))}") from None

@@ -1,0 +1,288 @@
+"""The fleet guards' batches and adoption on a fake clock, and choosing a state backend."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from resilient_session import ConfigError, ResilientSession
+from resilient_session.config import load
+from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
+from resilient_session.state.backend import MemoryBackend, open_backend
+from resilient_session.state.breaker import BreakerState, CircuitBreaker, TryResult
+from resilient_session.state.budget import TokenBucket
+from resilient_session.state.fleet import (
+    Change,
+    FleetBreaker,
+    FleetBucket,
+    FleetThrottle,
+    StateCode,
+)
+from resilient_session.state.throttle import AdaptiveThrottle, ThrottleSnapshot
+from tests.threads import run_together
+
+
+class Wakes:
+    """Counts the sync thread's wake-ups."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def _breaker(clock, threshold: int = 5) -> tuple[FleetBreaker, Wakes]:
+    wakes = Wakes()
+    policy = BreakerPolicy(failure_threshold=threshold, recovery_timeout=2.0)
+    return FleetBreaker("http://svc.test:80", policy, clock, random.Random(0), wakes), wakes
+
+
+def _fail(breaker: CircuitBreaker, count: int = 1) -> None:
+    for _ in range(count):
+        permit, _ = breaker.allow()
+        assert permit is not None
+        breaker.record(permit, TryResult.FAILURE)
+
+
+def _succeed(breaker: CircuitBreaker) -> None:
+    permit, _ = breaker.allow()
+    assert permit is not None
+    breaker.record(permit, TryResult.SUCCESS)
+
+
+def test_each_failure_wakes_the_sync_thread_and_joins_the_batch(clock):
+    """Three failures after a success: a run of 3 that ended the fleet's run, three wakes;
+    the next exchange starts an empty batch."""
+    breaker, wakes = _breaker(clock)
+    _fail(breaker, 2)
+    _succeed(breaker)
+    _fail(breaker, 3)
+    report = breaker.exchange()
+    assert (report.failure_run, report.success_seen, report.change) == (3, True, Change.NONE)
+    assert (report.state, report.generation, wakes.count) == (StateCode.CLOSED, 0, 5)
+    again = breaker.exchange()
+    assert (again.failure_run, again.success_seen) == (0, False)
+
+
+def test_successes_on_a_healthy_host_never_wake_the_sync_thread(clock):
+    """A thousand successes wake nothing: a healthy host's counts wait for the tick."""
+    breaker, wakes = _breaker(clock)
+    for _ in range(1000):
+        _succeed(breaker)
+    assert wakes.count == 0
+    assert breaker.exchange().success_seen is True
+
+
+def test_a_local_opening_is_reported_with_its_duration(clock):
+    """Reaching the threshold here opens locally and reports the change, open for the
+    recovery timeout."""
+    breaker, _ = _breaker(clock, threshold=3)
+    _fail(breaker, 3)
+    report = breaker.exchange()
+    assert (report.state, report.change, report.open_for_ms) == (
+        StateCode.OPEN,
+        Change.OPENED,
+        2000,
+    )
+
+
+def test_adopting_the_fleets_opening_fails_fast_for_what_is_left_of_it(clock):
+    """The fleet's breaker open for 1.5 s more: this one opens, refuses until then, and
+    lets a probe through after; the same generation again changes nothing."""
+    breaker, _ = _breaker(clock)
+    transition = breaker.adopt(StateCode.OPEN, 1.5, generation=4)
+    assert transition is not None
+    assert (transition.from_state, transition.to_state) == (BreakerState.CLOSED, BreakerState.OPEN)
+    assert breaker.adopt(StateCode.OPEN, 9.0, generation=4) is None
+    assert breaker.allow()[0] is None
+    clock.advance(1.5)
+    permit, to_half_open = breaker.allow()
+    assert permit is not None
+    assert permit.probe
+    assert to_half_open is not None
+    assert to_half_open.to_state is BreakerState.HALF_OPEN
+    assert breaker.exchange().generation == 4
+
+
+def test_a_result_from_before_the_adopted_opening_is_stale(clock):
+    """A try admitted while closed that fails after the fleet opened is neither counted in
+    the batch nor able to move the state."""
+    breaker, wakes = _breaker(clock)
+    permit, _ = breaker.allow()
+    assert permit is not None
+    breaker.adopt(StateCode.OPEN, 5.0, generation=1)
+    state, transition = breaker.record(permit, TryResult.FAILURE)
+    assert (state, transition, wakes.count) == (BreakerState.OPEN, None, 0)
+    assert breaker.exchange().failure_run == 0
+
+
+def test_adopting_a_closing_closes_and_a_later_probe_is_not_needed(clock):
+    """Another worker's probe closed the fleet's breaker: this open one closes at once."""
+    breaker, _ = _breaker(clock, threshold=1)
+    _fail(breaker)
+    breaker.exchange()
+    transition = breaker.adopt(StateCode.CLOSED, 0.0, generation=7)
+    assert transition is not None
+    assert transition.to_state is BreakerState.CLOSED
+    assert breaker.closed_admission is not None
+    assert breaker.snapshot().openings == 0
+
+
+def test_a_half_open_breaker_keeps_probing_when_the_fleets_opening_ran_out(clock):
+    """A new generation that is open with nothing left leaves a probing breaker probing."""
+    breaker, _ = _breaker(clock, threshold=1)
+    _fail(breaker)
+    clock.advance(2.0)
+    permit, _ = breaker.allow()
+    assert permit is not None
+    assert permit.probe
+    assert breaker.adopt(StateCode.OPEN, 0.0, generation=3) is None
+    assert breaker.state is BreakerState.HALF_OPEN
+
+
+def test_isolate_drops_a_batch_the_fleet_will_never_see(clock):
+    """Redis out of reach: the failures batched so far are dropped, the local state kept."""
+    breaker, _ = _breaker(clock, threshold=10)
+    _fail(breaker, 4)
+    breaker.isolate()
+    assert breaker.exchange().failure_run == 0
+    assert breaker.snapshot().failures == 4
+
+
+def test_the_bucket_holds_its_share_of_the_fleets_tokens(clock):
+    """Deposits and withdrawals go out as counted; the tokens become a quarter of the
+    fleet's 6, plus what was done here since the exchange."""
+    bucket = FleetBucket(BudgetPolicy(ratio=0.5, min_per_second=0.0, max_tokens=10), clock)
+    for _ in range(4):
+        bucket.deposit()
+    assert bucket.try_withdraw()
+    assert bucket.try_withdraw()
+    bucket.refund()
+    assert bucket.exchange() == (4, 1)
+    bucket.deposit()
+    assert bucket.try_withdraw()
+    bucket.adopt(6.0, workers=4)
+    assert bucket.snapshot().tokens == pytest.approx(1.5 + 0.5 - 1.0)
+    assert bucket.exchange() == (1, 1)
+
+
+def test_a_bucket_share_never_leaves_its_bounds(clock):
+    """A fleet holding more than max_tokens, or a negative count, is clamped."""
+    bucket = FleetBucket(BudgetPolicy(ratio=0.0, min_per_second=0.0, max_tokens=5), clock)
+    bucket.adopt(1e9, workers=1)
+    assert bucket.snapshot().tokens == 5
+    bucket.adopt(-3.0, workers=0)
+    assert bucket.snapshot().tokens == 0
+    assert not bucket.try_withdraw()
+
+
+def test_the_throttle_refuses_on_the_fleets_window(clock):
+    """Alone this worker's 10 tries say nothing (min_tries 20); with the fleet's 40 tries and
+    4 accepts the refusal chance is (50 - 2 x 5) / 51, and isolate() drops the others."""
+    throttle = FleetThrottle(ThrottlePolicy(min_tries=20), clock, random.Random(0))
+    for accepted in [True] + [False] * 9:
+        throttle.record(accepted)
+    assert throttle.snapshot().probability == 0.0
+    tries, accepts, own_tries, own_accepts = throttle.exchange()
+    assert (tries, accepts, own_tries, own_accepts) == (10, 1, 10, 1)
+    throttle.adopt(50, 5, own_tries, own_accepts)
+    assert throttle.snapshot().probability == pytest.approx((50 - 2 * 5) / 51)
+    refused = sum(throttle.ask() is not None for _ in range(1000))
+    assert 700 < refused < 870
+    throttle.isolate()
+    assert throttle.snapshot().probability == 0.0
+    assert throttle.ask() is None
+    assert throttle.exchange()[:2] == (0, 0)
+
+
+def test_a_throttle_reset_forgets_the_fleets_window_too(clock):
+    """The breaker closing after a probe empties both windows."""
+    throttle = FleetThrottle(ThrottlePolicy(min_tries=1), clock, random.Random(0))
+    throttle.adopt(100, 0, 0, 0)
+    assert throttle.snapshot().probability > 0.9
+    throttle.reset()
+    assert throttle.snapshot() == ThrottleSnapshot(0.0, 0, 0, 0)
+
+
+def test_the_memory_backend_builds_the_plain_guards(clock, rng):
+    """memory, the default, hands out exactly the classes of a session without a backend."""
+    backend = open_backend(load({}).state, clock, rng)
+    assert isinstance(backend, MemoryBackend)
+    breaker, bucket, throttle = backend.build("http://a:80", HostPolicy())
+    assert (type(breaker), type(bucket), type(throttle)) == (
+        CircuitBreaker,
+        TokenBucket,
+        AdaptiveThrottle,
+    )
+    assert (
+        backend.build("http://a:80", HostPolicy(throttle=ThrottlePolicy(enabled=False)))[2] is None
+    )
+
+
+def test_the_redis_backend_without_redis_py_names_state_backend(monkeypatch, clock):
+    """Without redis-py installed, a session selecting the redis backend fails at
+    construction with a ConfigError naming state.backend and the extra to install."""
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.delitem(sys.modules, "resilient_session.state.redis_backend", raising=False)
+    with pytest.raises(ConfigError) as raised:
+        ResilientSession({"state": {"backend": "redis"}}, clock=clock)
+    message = str(raised.value)
+    assert message.startswith("state.backend: 'redis' needs redis-py")
+    assert "pip install 'resilient-session[redis]'" in message
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"backend": "etcd"}, "state.backend: invalid enum value 'etcd'"),
+        ({"url": "http://r:6379"}, "state.url: expected str matching regex"),
+        ({"timeout_ms": 0}, "state.timeout_ms: expected int >= 1, got 0"),
+        ({"sync_interval_ms": 5}, "state.sync_interval_ms: expected int >= 10, got 5"),
+        ({"key_prefix": 3}, "state.key_prefix: expected str, got int 3"),
+        ({"sharded": True}, "state.sharded: unknown key"),
+    ],
+)
+def test_bad_state_keys_are_named(state, message):
+    """Each bad state: key is a ConfigError naming its path."""
+    with pytest.raises(ConfigError) as raised:
+        load({"state": state})
+    assert str(raised.value).startswith(message)
+
+
+def test_a_bad_state_url_never_shows_its_password():
+    """A rejected state.url is shown without the password in it."""
+    with pytest.raises(ConfigError) as raised:
+        load({"state": {"url": "http://:s3cret@r:6379/0"}})
+    assert "s3cret" not in str(raised.value)
+    assert "state.url" in str(raised.value)
+
+
+def test_fleet_guards_under_many_threads(clock):
+    """16 threads x 1,000 tries on one breaker and bucket while another thread exchanges:
+    every deposit and failure is sent exactly once, none lost or doubled."""
+    breaker, _ = _breaker(clock, threshold=1_000_000)
+    bucket = FleetBucket(BudgetPolicy(ratio=0.1, max_tokens=100_000), clock)
+    sent = {"deposits": 0, "withdrawals": 0, "failures": 0}
+
+    def body(index: int) -> None:
+        if index == 0:
+            for _ in range(2_000):
+                deposits, withdrawals = bucket.exchange()
+                sent["deposits"] += deposits
+                sent["withdrawals"] += withdrawals
+                sent["failures"] += breaker.exchange().failure_run
+            return
+        for _ in range(1_000):
+            bucket.deposit()
+            assert bucket.try_withdraw()
+            _fail(breaker)
+
+    run_together(17, body)
+    deposits, withdrawals = bucket.exchange()
+    report = breaker.exchange()
+    assert sent["deposits"] + deposits == 16_000
+    assert sent["withdrawals"] + withdrawals == 16_000
+    assert sent["failures"] + report.failure_run == 16_000
