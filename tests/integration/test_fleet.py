@@ -3,15 +3,19 @@ breaker, budget and throttle per host, and a Redis that dies, hangs or forgets c
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import redis
 import requests
 
-from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.redis_server import RedisServer
 from resilient_session.upstream import FlakyUpstream, Reply
@@ -23,12 +27,18 @@ pytestmark = pytest.mark.integration
 INTERVAL_MS = 50
 THRESHOLD = 10
 SYNC_THREAD = "resilient-session-state-sync"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json"
 
 Workers = Callable[..., list[ResilientSession]]
 
 
 def _config(
-    url: str, prefix: str, backend: str = "redis", interval_ms: int = INTERVAL_MS, **sections: Any
+    url: str,
+    prefix: str,
+    backend: str = "redis",
+    interval_ms: int = INTERVAL_MS,
+    timeout_ms: int = 20,
+    **sections: Any,
 ) -> dict[str, Any]:
     defaults: dict[str, Any] = {
         "retry": {**FAST_RETRY, "max_attempts": 1},
@@ -37,7 +47,13 @@ def _config(
     }
     for name, values in sections.items():
         defaults[name] = {**defaults.get(name, {}), **values}
-    state = {"backend": backend, "url": url, "key_prefix": prefix, "sync_interval_ms": interval_ms}
+    state = {
+        "backend": backend,
+        "url": url,
+        "key_prefix": prefix,
+        "sync_interval_ms": interval_ms,
+        "timeout_ms": timeout_ms,
+    }
     return {"defaults": defaults, "state": state}
 
 
@@ -160,8 +176,11 @@ def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
 ):
     """Killed for 0.6 s, restarted, then paused (SIGSTOP) for 0.6 s, Redis costs no call of
     two workers' four threads; each worker logs one state.degraded and one state.restored per
-    outage, and health says degraded only during them."""
-    fleet = workers(2, _config(own_redis.url, key_prefix))
+    outage, and health says degraded only during them.
+
+    The timeout is 100 ms, not 20: two test runs on two busy cores can hold a healthy Redis
+    past 20 ms for a few syncs in a row, which is an outage of its own, and logged as one."""
+    fleet = workers(2, _config(own_redis.url, key_prefix, timeout_ms=100))
     key = _key(upstream)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -292,3 +311,25 @@ def test_close_stops_the_sync_thread(redis_server, key_prefix):
     for session in sessions:
         session.close()
     assert running() == before
+
+
+def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
+    """state.degraded and state.restored as log_json_lines renders them validate against
+    docs/events.schema.json."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    stream = io.StringIO()
+    log_json_lines(stream)
+    with ResilientSession(_config(own_redis.url, key_prefix, timeout_ms=100)) as session:
+        assert session.get(upstream.url("/")).status_code == 200
+        key = _key(upstream)
+        own_redis.kill()
+        _wait_until(lambda: session.health()[key].state_degraded)
+        own_redis.start()
+        _wait_until(lambda: not session.health()[key].state_degraded)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    changes = [event for event in events if event["event"].startswith("state.")]
+    assert [event["event"] for event in changes] == ["state.degraded", "state.restored"]
+    assert [list(validator.iter_errors(event)) for event in events] == [[]] * len(events)
+    assert not validator.is_valid({**changes[0], "error": None})
+    assert not validator.is_valid({**changes[1], "degraded_for": -1})

@@ -45,6 +45,8 @@ _MIN_ALIVE_MS: Final = 1_000
 # Syncs that a failure triggers come at most this often: a host failing at random keeps
 # failing, and the thread must not spin on the interpreter lock the callers need.
 _URGENT_GAP: Final = 0.005
+# Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
+_OUTAGE_SYNCS: Final = 2
 # A reopening lasts up to this much longer at random, as CircuitBreaker's does.
 _REOPEN_JITTER: Final = 0.2
 _CLOSED = BreakerState.CLOSED
@@ -121,6 +123,8 @@ class RedisBackend:
         self._wake = threading.Event()
         self._closed = False
         self._degraded_at: float | None = None
+        self._failing_since: float | None = None
+        self._failed_syncs = 0
         self._worker = uuid.uuid4().hex
         self._thread = threading.Thread(
             target=_run,
@@ -245,13 +249,22 @@ class RedisBackend:
             host.breaker.isolate()
             if host.throttle is not None:
                 host.throttle.isolate()
-        if self._degraded_at is None and not self._closed:
-            self._degraded_at = SYSTEM_CLOCK.monotonic()
+        now = SYSTEM_CLOCK.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._failed_syncs += 1
+        # One failed sync is a blip (a busy machine can hold a healthy Redis past 20 ms once):
+        # its batch is dropped and the guards ran locally meanwhile, but only a second failure
+        # in a row is an outage worth an event.
+        if self._failed_syncs >= _OUTAGE_SYNCS and self._degraded_at is None and not self._closed:
+            self._degraded_at = self._failing_since
             emit_state_change(
                 "state.degraded", backend=self.name, url=self._url_shown, error=_name(error)
             )
 
     def _restore(self) -> None:
+        self._failed_syncs = 0
+        self._failing_since = None
         degraded_at = self._degraded_at
         if degraded_at is not None:
             self._degraded_at = None
