@@ -250,7 +250,8 @@ def test_protection_is_back_within_a_sync_interval_of_a_restart(
 
 
 def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, upstream, workers):
-    """FLUSHALL while the fleet's breaker is open: the next sync recreates the key from a
+    """FLUSHALL and SCRIPT FLUSH while the fleet's breaker is open: the next sync reloads the
+    script and recreates the key from a
     worker's own open breaker, and no worker closes or errs."""
     upstream.script("/down", Reply(503))
     fleet = workers(2, _config(redis_server.url, key_prefix))
@@ -260,6 +261,7 @@ def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, up
     client = redis.Redis.from_url(redis_server.url)
     try:
         client.flushall()
+        client.script_flush()
         breaker_key = f"{key_prefix}{key}:breaker"
         _wait_until(lambda: client.exists(breaker_key) == 1)
         assert client.hget(breaker_key, "s") == b"1"

@@ -286,3 +286,26 @@ def test_fleet_guards_under_many_threads(clock):
     assert sent["deposits"] + deposits == 16_000
     assert sent["withdrawals"] + withdrawals == 16_000
     assert sent["failures"] + report.failure_run == 16_000
+
+
+def test_the_fleets_run_plus_this_workers_new_failures_open_at_once(clock):
+    """With the fleet's run at 3 of 5 as last read, this worker's second failure since opens
+    its breaker without a round trip, and the opening is reported to the fleet."""
+    breaker, _ = _breaker(clock, threshold=5)
+    breaker.adopt(StateCode.CLOSED, 0.0, generation=2, failures=3)
+    _fail(breaker)
+    states = [breaker.state]
+    _fail(breaker)
+    states.append(breaker.state)
+    assert states == [BreakerState.CLOSED, BreakerState.OPEN]
+    report = breaker.exchange()
+    assert (report.change, report.generation) == (Change.OPENED, 2)
+
+
+def test_the_fleets_run_is_forgotten_when_redis_is_out_of_reach(clock):
+    """After isolate(), only this worker's own run counts: 4 more failures leave it closed."""
+    breaker, _ = _breaker(clock, threshold=5)
+    breaker.adopt(StateCode.CLOSED, 0.0, generation=2, failures=4)
+    breaker.isolate()
+    _fail(breaker, 4)
+    assert breaker.state is BreakerState.CLOSED

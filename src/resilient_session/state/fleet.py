@@ -93,6 +93,22 @@ class FleetBreaker(CircuitBreaker):
         self._success_seen = False
         self._change = Change.NONE
         self._generation = 0
+        # The fleet's run of failures as of the last sync, these workers' included.
+        self._fleet_failures = 0
+
+    def _after_closed_try(self, result: TryResult) -> Transition | None:
+        transition = super()._after_closed_try(result)
+        # The fleet's run as last read plus this worker's failures since (this one included,
+        # not yet in the batch) is a run that already happened: reaching the threshold opens
+        # here at once rather than a round trip later, and the opening goes out to the fleet.
+        if (
+            transition is None
+            and result is _FAILURE
+            and self._fleet_failures
+            and self._fleet_failures + self._failure_run + 1 >= self._policy.failure_threshold
+        ):
+            return self._open()
+        return transition
 
     def record(
         self, permit: Permit, result: TryResult, sent: bool = True, counted: bool = True
@@ -137,10 +153,14 @@ class FleetBreaker(CircuitBreaker):
             self._change = Change.NONE
         return report
 
-    def adopt(self, state: StateCode, open_for: float, generation: int) -> Transition | None:
+    def adopt(
+        self, state: StateCode, open_for: float, generation: int, failures: int = 0
+    ) -> Transition | None:
         """Follow the fleet's breaker: *state*, open for *open_for* more seconds, as of
-        *generation*. Returns this breaker's transition, if it made one, to be logged."""
+        *generation*, with a run of *failures*. Returns this breaker's transition, if it made
+        one, to be logged."""
         with self._lock:
+            self._fleet_failures = failures
             if generation == self._generation:
                 # Nothing new in the fleet; what this breaker did since is in its next batch.
                 return None
@@ -162,8 +182,22 @@ class FleetBreaker(CircuitBreaker):
             self._open_until = now + open_for
             return transition
 
+    def unsend(self, report: BreakerReport) -> None:
+        """Put back a batch whose sync failed, to go out with the next one.
+
+        Failures followed here by a success since are dropped, as a success ends a run.
+        """
+        with self._batch_lock:
+            if not self._success_seen:
+                self._failure_run += report.failure_run
+                self._success_seen = report.success_seen
+            if self._change is Change.NONE:
+                self._change = report.change
+
     def isolate(self) -> None:
         """The fleet is out of reach: forget the batch, whose counts it will never see."""
+        with self._lock:
+            self._fleet_failures = 0
         with self._batch_lock:
             self._failure_run = 0
             self._success_seen = False
@@ -191,6 +225,12 @@ class FleetBucket(TokenBucket):
             self._sent_first_tries = self._first_tries
             self._sent_retries = self._retries
             return deposits, withdrawals
+
+    def unsend(self, deposits: int, withdrawals: int) -> None:
+        """Put back counts whose sync failed, to go out with the next one."""
+        with self._lock:
+            self._sent_first_tries -= deposits
+            self._sent_retries -= withdrawals
 
     def adopt(self, fleet_tokens: float, workers: int) -> None:
         """Hold this worker's share of the fleet's *fleet_tokens*, split among *workers*."""
@@ -281,6 +321,12 @@ class FleetThrottle(AdaptiveThrottle):
             tries, accepts = self._sent_tries, self._sent_accepts
             self._sent_tries = self._sent_accepts = 0
             return tries, accepts, self._total_tries, self._total_accepts
+
+    def unsend(self, tries: int, accepts: int) -> None:
+        """Put back counts whose sync failed, to go out with the next one."""
+        with self._lock:
+            self._sent_tries += tries
+            self._sent_accepts += accepts
 
     def adopt(self, fleet_tries: int, fleet_accepts: int, own_tries: int, own_accepts: int) -> None:
         """Count the fleet's window, less this worker's own share of it (*own_*), as others'."""

@@ -76,11 +76,15 @@ if change ~= 0 and known == generation then
   end
 end
 
+-- A batch that ends in a success (the host just answered this worker) ends the fleet's run of
+-- failures. One whose success came before failures adds them: the other workers' failures may
+-- be newer than that success, and in an outage every batch's first try was a success.
 if state == 0 then
-  if tonumber(ARGV[8]) == 1 then
-    failures = tonumber(ARGV[7])
+  local run = tonumber(ARGV[7])
+  if tonumber(ARGV[8]) == 1 and run == 0 then
+    failures = 0
   else
-    failures = failures + tonumber(ARGV[7])
+    failures = failures + run
   end
   if failures >= tonumber(ARGV[10]) then
     openings = openings + 1

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
@@ -69,6 +70,10 @@ class _Host:
 @dataclass(frozen=True, slots=True)
 class _Batch:
     breaker: BreakerReport
+    deposits: int
+    withdrawals: int
+    tries: int
+    accepts: int
     own_tries: int
     own_accepts: int
     args: tuple[str | int | float, ...]
@@ -189,22 +194,42 @@ class RedisBackend:
         if not hosts:
             return
         batches = [self._batch(host) for host in hosts]
-        pipe = self._client.pipeline(transaction=False)
         try:
-            for host, batch in zip(hosts, batches, strict=True):
-                self._script(keys=host.keys, args=batch.args, client=pipe)
-            replies = pipe.execute(raise_on_error=False)
+            replies = self._run_script(hosts, batches)
         except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
-            self._degrade(error, hosts)
+            self._degrade(error, hosts, batches)
             return
-        finally:
-            pipe.reset()
         for host, batch, reply in zip(hosts, batches, replies, strict=True):
             # A reply that is an error (a key of the wrong type) or malformed leaves that
             # host on its local state until a good one comes.
             if not isinstance(reply, Exception):
                 _adopt(host, batch, reply)
         self._restore()
+
+    def _run_script(self, hosts: list[_Host], batches: list[_Batch]) -> list[Any]:
+        """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
+        (restarted, SCRIPT FLUSH) answers NOSCRIPT to all of them, and ran none: the script is
+        loaded through its ``Script`` object and those hosts' batches are sent again."""
+        replies = self._pipeline(hosts, batches)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            self._script.sha = self._client.script_load(self._script.script)
+            again = self._pipeline([hosts[i] for i in missing], [batches[i] for i in missing])
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+
+    def _pipeline(self, hosts: list[_Host], batches: list[_Batch]) -> list[Any]:
+        # Not the Script object's own pipeline support: it asks SCRIPT EXISTS first, a second
+        # round trip on every sync.
+        pipe = self._client.pipeline(transaction=False)
+        try:
+            for host, batch in zip(hosts, batches, strict=True):
+                pipe.evalsha(self._script.sha, len(host.keys), *host.keys, *batch.args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+        finally:
+            pipe.reset()
 
     def _batch(self, host: _Host) -> _Batch:
         report = host.breaker.exchange()
@@ -242,20 +267,31 @@ class RedisBackend:
             repr(width_ms),
             buckets,
         )
-        return _Batch(report, own_tries, own_accepts, args)
+        return _Batch(report, deposits, withdrawals, tries, accepts, own_tries, own_accepts, args)
 
-    def _degrade(self, error: Exception, hosts: list[_Host]) -> None:
-        for host in hosts:
-            host.breaker.isolate()
-            if host.throttle is not None:
-                host.throttle.isolate()
+    def _degrade(self, error: Exception, hosts: list[_Host], batches: list[_Batch]) -> None:
+        if self._failed_syncs + 1 < _OUTAGE_SYNCS:
+            # A blip: the batch goes out again with the next sync, so a slow Redis loses no
+            # count. A sync that timed out after the server ran it is counted twice: at most
+            # one batch per worker per blip, and in the cautious direction for the breaker.
+            for host, batch in zip(hosts, batches, strict=True):
+                host.breaker.unsend(batch.breaker)
+                host.bucket.unsend(batch.deposits, batch.withdrawals)
+                if host.throttle is not None:
+                    host.throttle.unsend(batch.tries, batch.accepts)
+        else:
+            # An outage: the counts are this process's own from here on.
+            for host in hosts:
+                host.breaker.isolate()
+                if host.throttle is not None:
+                    host.throttle.isolate()
         now = SYSTEM_CLOCK.monotonic()
         if self._failing_since is None:
             self._failing_since = now
         self._failed_syncs += 1
         # One failed sync is a blip (a busy machine can hold a healthy Redis past 20 ms once):
-        # its batch is dropped and the guards ran locally meanwhile, but only a second failure
-        # in a row is an outage worth an event.
+        # the guards ran locally meanwhile and the batch goes out again, but only a second
+        # failure in a row is an outage worth an event.
         if self._failed_syncs >= _OUTAGE_SYNCS and self._degraded_at is None and not self._closed:
             self._degraded_at = self._failing_since
             emit_state_change(
@@ -283,16 +319,16 @@ def _name(error: Exception) -> str:
 def _adopt(host: _Host, batch: _Batch, reply: Any) -> None:
     """Take in the fleet's state for *host*; a malformed reply is ignored."""
     try:
-        state, open_ms, generation, tokens, tries, accepts, workers = reply[:7]
+        state, open_ms, generation, tokens, tries, accepts, workers, failures = reply[:8]
         code = StateCode(int(state))
         open_for = int(open_ms) / 1000
         fleet_tokens = float(tokens)
-        counts = int(tries), int(accepts), int(workers), int(generation)
+        counts = int(tries), int(accepts), int(workers), int(generation), max(0, int(failures))
     except (TypeError, ValueError, IndexError):
         return
     if not math.isfinite(fleet_tokens) or code is StateCode.HALF_OPEN:
         return
-    transition = host.breaker.adopt(code, open_for, counts[3])
+    transition = host.breaker.adopt(code, open_for, counts[3], counts[4])
     host.bucket.adopt(fleet_tokens, counts[2])
     throttle = host.throttle
     if throttle is not None:
@@ -317,10 +353,15 @@ def _run(ref: weakref.ref[RedisBackend], wake: threading.Event, interval: float)
         # Not held while waiting, so a session dropped without close() is still collected.
         del backend
         now = clock.monotonic()
-        if now < next_tick:
-            woke = wake.wait(next_tick - now)
+        due = next_tick
+        if degraded:
+            # Redis is back within half an interval of returning, ticks or not: a worker
+            # follows the fleet again within one sync interval.
+            due = min(due, last_sync + interval / 2)
+        if now < due:
+            woke = wake.wait(due - now)
             now = clock.monotonic()
-            if woke and now < next_tick:
+            if woke and now < due:
                 if degraded:
                     # Redis is out of reach: retry on the ticks, not on every failure.
                     wake.clear()
