@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -335,3 +336,30 @@ def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
     assert [list(validator.iter_errors(event)) for event in events] == [[]] * len(events)
     assert not validator.is_valid({**changes[0], "error": None})
     assert not validator.is_valid({**changes[1], "degraded_for": -1})
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12 warns on fork with threads
+def test_a_forked_worker_syncs_as_a_worker_of_its_own(redis_server, key_prefix, upstream):
+    """A session made before a fork (a preloaded gunicorn app) syncs from the child too, with a
+    worker id of its own: the host's workers set holds parent and child."""
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    try:
+        assert session.get(upstream.url("/")).status_code == 200
+        workers_key = f"{key_prefix}{_key(upstream)}:workers"
+        client = redis.Redis.from_url(redis_server.url)
+        _wait_until(lambda: client.zcard(workers_key) == 1)
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status only
+            code = 1
+            try:
+                session.get(upstream.url("/"))
+                _wait_until(lambda: client.zcard(workers_key) == 2, timeout=5.0)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert client.zcard(workers_key) == 2
+        client.close()
+    finally:
+        session.close()

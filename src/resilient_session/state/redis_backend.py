@@ -182,8 +182,12 @@ class RedisBackend:
         self._client.close()
 
     def after_fork(self) -> None:
-        """In a forked child: the parent's thread did not come along; start this worker's."""
+        """In a forked child: the parent's thread did not come along; start this worker's,
+        with a worker id of its own, for the hosts the parent had."""
+        hosts = dict(self._hosts)
         self._begin()
+        with self._lock:
+            self._hosts.update(hosts)
 
     # -- the sync thread's side ----------------------------------------------------------------
 
