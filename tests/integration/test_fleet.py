@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import redis
 import requests
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
+from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.redis_server import RedisServer
 from resilient_session.upstream import FlakyUpstream, Reply
@@ -303,7 +305,8 @@ def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(upstrea
 
 
 def test_close_stops_the_sync_thread(redis_server, key_prefix):
-    """Each redis-backed session runs one sync thread, and close() ends it."""
+    """Each redis-backed session (or adapter that made its own state) runs one sync thread,
+    and close() ends it; an unpickled copy runs one of its own."""
 
     def running() -> int:
         return sum(thread.name == SYNC_THREAD for thread in threading.enumerate())
@@ -311,6 +314,14 @@ def test_close_stops_the_sync_thread(redis_server, key_prefix):
     before = running()
     sessions = [ResilientSession(_config(redis_server.url, key_prefix)) for _ in range(3)]
     assert running() == before + 3
+    # A copy read back from a pickle has fresh state: one thread of its own, no more.
+    sessions.append(pickle.loads(pickle.dumps(sessions[0])))  # noqa: S301 - our own bytes
+    assert running() == before + 4
+    # An adapter mounted on a plain requests.Session closes the registry it made.
+    plain = requests.Session()
+    plain.mount("http://", ResilientAdapter(_config(redis_server.url, key_prefix)))
+    assert running() == before + 5
+    plain.close()
     for session in sessions:
         session.close()
     assert running() == before

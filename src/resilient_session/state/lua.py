@@ -35,7 +35,8 @@ redis.call('PEXPIRE', KEYS[4], ttl)
 local workers = redis.call('ZCARD', KEYS[4])
 
 -- The breaker. A missing hash (first use, expiry, FLUSHALL, a restarted server) starts from
--- the reporting worker's own state, one generation past what it knew.
+-- the reporting worker's own state, at a generation no worker can hold yet (the server's
+-- time in ms), so every worker adopts it.
 local known = tonumber(ARGV[6])
 local fields = redis.call('HMGET', KEYS[1], 's', 'u', 'g', 'f', 'o')
 local state = tonumber(fields[1])
@@ -44,7 +45,7 @@ local generation = tonumber(fields[3]) or 0
 local failures = tonumber(fields[4]) or 0
 local openings = tonumber(fields[5]) or 0
 if state == nil then
-  generation = known + 1
+  generation = math.max(now, known + 1)
   failures = 0
   if tonumber(ARGV[4]) == 1 then
     state = 1
@@ -59,7 +60,9 @@ end
 
 local throttle_reset = false
 local change = tonumber(ARGV[9])
-if change ~= 0 and known == generation then
+-- A change made against an older generation lost a race and is dropped; a worker that had
+-- not synced yet (generation 0) raced no one.
+if change ~= 0 and (known == generation or known == 0) then
   local ran_out = state == 1 and now >= open_until
   if change == 1 and (state == 0 or ran_out) then
     state = 1

@@ -143,10 +143,15 @@ class RedisBackend:
     def degraded(self) -> bool:
         return self._degraded_at is not None
 
+    def wake(self) -> None:
+        """Sync soon: a failure may open a breaker. Looked up on each call, as a forked
+        child's thread waits on an event of its own."""
+        self._wake.set()
+
     def build(self, key: str, policy: HostPolicy) -> Guards:
         clock, rng = self._clock, self._rng
         return (
-            FleetBreaker(key, policy.breaker, clock, rng, self._wake.set),
+            FleetBreaker(key, policy.breaker, clock, rng, self.wake),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )
