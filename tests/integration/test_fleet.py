@@ -3,6 +3,7 @@ breaker, budget and throttle per host, and a Redis that dies, hangs or forgets c
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -374,3 +375,66 @@ def test_a_forked_worker_syncs_as_a_worker_of_its_own(redis_server, key_prefix, 
         client.close()
     finally:
         session.close()
+
+
+def test_one_workers_probe_closes_the_breaker_for_the_fleet(
+    redis_server, key_prefix, upstream, workers, logs
+):
+    """After the fleet's opening runs out and the host heals, the first worker's successful
+    probe closes every worker's breaker: the idle worker closes without a probe of its own."""
+    upstream.script("/flaky", Reply(503), Reply(503), Reply(200))
+    sections: dict[str, Any] = {"breaker": {"failure_threshold": 2, "recovery_timeout": 0.3}}
+    prober, idle = workers(2, _config(redis_server.url, key_prefix, **sections))
+    key = _key(upstream)
+    assert idle.get(upstream.url("/")).status_code == 200
+    prober.get(upstream.url("/flaky"))
+    prober.get(upstream.url("/flaky"))
+    _wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
+    SYSTEM_CLOCK.sleep(0.35)
+    assert prober.get(upstream.url("/flaky")).status_code == 200
+    _wait_until(lambda: idle.health()[key].breaker.value == "closed", timeout=2.0)
+    assert upstream.hits("/flaky") == 3
+    assert upstream.hits("/") == 1
+    moves = [(e["from"], e["to"]) for e in logs if e["event"] == "breaker.transition"]
+    # The prober: closed -> open -> half_open -> closed; the idle one: closed -> open -> closed.
+    assert sorted(moves) == sorted(
+        [
+            ("closed", "open"),
+            ("open", "half_open"),
+            ("half_open", "closed"),
+            ("closed", "open"),
+            ("open", "closed"),
+        ]
+    )
+
+
+def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, upstream, workers):
+    """A worker that sent only 5 tries of its own, all answered, is throttled when the fleet's
+    window holds another worker's failures: it refuses from the fleet's refusal chance, where
+    its own window (under min_tries) would refuse nothing."""
+    upstream.script("/down", Reply(503))
+    sections: dict[str, Any] = {
+        "throttle": {"enabled": True, "min_tries": 20},
+        "breaker": {"failure_threshold": 10_000},
+    }
+    busy, quiet = workers(2, _config(redis_server.url, key_prefix, **sections))
+    key = _key(upstream)
+    for _ in range(5):
+        assert quiet.get(upstream.url("/")).status_code == 200
+    for _ in range(40):
+        with contextlib.suppress(CircuitOpenError):  # the busy worker is throttled too
+            busy.get(upstream.url("/down"))
+    # (45 tries - 2 x 5 accepts) / 46 at most; what the quiet worker read from the fleet.
+    _wait_until(lambda: quiet.health()[key].throttle_probability > 0.5, timeout=2.0)
+    assert quiet.health()[key].throttle_probability <= 35 / 46
+    # Ten more calls leave its own window at 15 tries, under min_tries: alone it could refuse
+    # none. Each accepted one lowers the fleet's chance a little; ten in a row all let through
+    # at about 0.7 falling to 0.4 would happen about once in 10,000 runs.
+    refused = 0
+    for _ in range(10):
+        try:
+            quiet.get(upstream.url("/"))
+        except CircuitOpenError:
+            refused += 1
+    assert refused >= 1
+    assert upstream.hits("/") == 5 + 10 - refused

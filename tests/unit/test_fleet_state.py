@@ -261,31 +261,46 @@ def test_a_bad_state_url_never_shows_its_password():
 
 
 def test_fleet_guards_under_many_threads(clock):
-    """16 threads x 1,000 tries on one breaker and bucket while another thread exchanges:
-    every deposit and failure is sent exactly once, none lost or doubled."""
+    """16 threads x 1,000 tries on one breaker, bucket and throttle while another thread
+    exchanges and adopts the fleet's state: every count is sent exactly once, none lost or
+    doubled, and the breaker only ever moves along legal transitions."""
     breaker, _ = _breaker(clock, threshold=1_000_000)
     bucket = FleetBucket(BudgetPolicy(ratio=0.1, max_tokens=100_000), clock)
-    sent = {"deposits": 0, "withdrawals": 0, "failures": 0}
+    throttle = FleetThrottle(ThrottlePolicy(min_tries=1_000_000), clock, random.Random(0))
+    sent = {"deposits": 0, "withdrawals": 0, "failures": 0, "tries": 0, "accepts": 0}
+    transitions = []
 
     def body(index: int) -> None:
         if index == 0:
-            for _ in range(2_000):
+            for number in range(2_000):
                 deposits, withdrawals = bucket.exchange()
                 sent["deposits"] += deposits
                 sent["withdrawals"] += withdrawals
                 sent["failures"] += breaker.exchange().failure_run
+                tries, accepts, own_tries, own_accepts = throttle.exchange()
+                sent["tries"] += tries
+                sent["accepts"] += accepts
+                bucket.adopt(100_000.0, workers=1)
+                throttle.adopt(own_tries + 5, own_accepts + 5, own_tries, own_accepts)
+                moved = breaker.adopt(StateCode.CLOSED, 0.0, generation=number + 1)
+                if moved is not None:
+                    transitions.append(moved)
             return
-        for _ in range(1_000):
+        for number in range(1_000):
             bucket.deposit()
             assert bucket.try_withdraw()
             _fail(breaker)
+            throttle.record(number % 2 == 0)
 
     run_together(17, body)
     deposits, withdrawals = bucket.exchange()
-    report = breaker.exchange()
+    tries, accepts, _, _ = throttle.exchange()
     assert sent["deposits"] + deposits == 16_000
     assert sent["withdrawals"] + withdrawals == 16_000
-    assert sent["failures"] + report.failure_run == 16_000
+    assert sent["failures"] + breaker.exchange().failure_run == 16_000
+    assert (sent["tries"] + tries, sent["accepts"] + accepts) == (16_000, 8_000)
+    assert transitions == []
+    assert breaker.state is BreakerState.CLOSED
 
 
 def test_the_fleets_run_plus_this_workers_new_failures_open_at_once(clock):
@@ -309,3 +324,64 @@ def test_the_fleets_run_is_forgotten_when_redis_is_out_of_reach(clock):
     breaker.isolate()
     _fail(breaker, 4)
     assert breaker.state is BreakerState.CLOSED
+
+
+def test_an_opening_the_fleet_has_not_seen_is_not_undone_by_an_older_state(clock):
+    """This breaker opened after its batch went out; the reply (closed, a new generation)
+    predates that: the breaker stays open and its opening goes out against the new one."""
+    breaker, _ = _breaker(clock, threshold=2)
+    _fail(breaker)
+    breaker.exchange()
+    _fail(breaker)
+    assert breaker.adopt(StateCode.CLOSED, 0.0, generation=9) is None
+    assert breaker.state is BreakerState.OPEN
+    report = breaker.exchange()
+    assert (report.change, report.generation) == (Change.OPENED, 9)
+
+
+def test_a_newer_opening_outweighs_a_probe_that_closed_here(clock):
+    """A probe closed this breaker, but the fleet reopened meanwhile: it opens again and its
+    closing is not sent."""
+    breaker, _ = _breaker(clock, threshold=1)
+    _fail(breaker)
+    breaker.exchange()
+    clock.advance(2.0)
+    _succeed(breaker)  # the probe: half_open -> closed
+    transition = breaker.adopt(StateCode.OPEN, 4.0, generation=5)
+    assert transition is not None
+    assert (transition.from_state, transition.to_state) == (BreakerState.CLOSED, BreakerState.OPEN)
+    assert breaker.exchange().change is Change.NONE
+
+
+def test_a_failed_syncs_batch_goes_out_with_the_next(clock):
+    """unsend() puts back a failed sync's counts: the next exchange carries them with the
+    newer ones; a success since drops the older failures, as it ends the run."""
+    breaker, _ = _breaker(clock, threshold=100)
+    _fail(breaker, 3)
+    first = breaker.exchange()
+    _fail(breaker, 2)
+    breaker.unsend(first)
+    assert breaker.exchange().failure_run == 5
+    _fail(breaker, 4)
+    lost = breaker.exchange()
+    _succeed(breaker)
+    _fail(breaker)
+    breaker.unsend(lost)
+    again = breaker.exchange()
+    assert (again.failure_run, again.success_seen) == (1, True)
+
+    bucket = FleetBucket(BudgetPolicy(ratio=0.5, min_per_second=0.0), clock)
+    bucket.deposit()
+    assert bucket.try_withdraw()
+    deposits, withdrawals = bucket.exchange()
+    bucket.deposit()
+    bucket.unsend(deposits, withdrawals)
+    assert bucket.exchange() == (2, 1)
+
+    throttle = FleetThrottle(ThrottlePolicy(), clock, random.Random(0))
+    throttle.record(True)
+    throttle.record(False)
+    tries, accepts, _, _ = throttle.exchange()
+    throttle.record(False)
+    throttle.unsend(tries, accepts)
+    assert throttle.exchange()[:2] == (3, 1)

@@ -159,28 +159,46 @@ class FleetBreaker(CircuitBreaker):
         """Follow the fleet's breaker: *state*, open for *open_for* more seconds, as of
         *generation*, with a run of *failures*. Returns this breaker's transition, if it made
         one, to be logged."""
+        # Read without the batch's lock: no two locks are ever held at once.
+        pending = self._change
         with self._lock:
             self._fleet_failures = failures
             if generation == self._generation:
                 # Nothing new in the fleet; what this breaker did since is in its next batch.
                 return None
             self._generation = generation
-            now = self._clock.monotonic()
-            if state is StateCode.CLOSED:
-                if self._state is _CLOSED:
-                    return None
-                self._openings = 0
-                return self._move(_CLOSED)
-            if self._state is _OPEN:
-                self._open_until = now + open_for
+            if pending is Change.OPENED:
+                # This breaker opened after its batch went out, so the fleet's state does not
+                # know it yet: the opening goes out with the next batch, against this
+                # generation, rather than being undone by a state that predates it.
+                if state is StateCode.OPEN and self._state is _OPEN:
+                    self._open_until = self._clock.monotonic() + open_for
                 return None
-            if self._state is _HALF_OPEN and open_for <= 0:
-                # Probing already: the fleet's opening has run out here too.
+            transition = self._follow(state, open_for)
+        if pending is Change.CLOSED and state is StateCode.OPEN:
+            # A newer opening outweighs this breaker's probe: its closing is not sent.
+            with self._batch_lock:
+                if self._change is Change.CLOSED:
+                    self._change = Change.NONE
+        return transition
+
+    def _follow(self, state: StateCode, open_for: float) -> Transition | None:
+        now = self._clock.monotonic()
+        if state is StateCode.CLOSED:
+            if self._state is _CLOSED:
                 return None
-            self._openings += 1
-            transition = self._move(_OPEN)
+            self._openings = 0
+            return self._move(_CLOSED)
+        if self._state is _OPEN:
             self._open_until = now + open_for
-            return transition
+            return None
+        if self._state is _HALF_OPEN and open_for <= 0:
+            # Probing already: the fleet's opening has run out here too.
+            return None
+        self._openings += 1
+        transition = self._move(_OPEN)
+        self._open_until = now + open_for
+        return transition
 
     def unsend(self, report: BreakerReport) -> None:
         """Put back a batch whose sync failed, to go out with the next one.
