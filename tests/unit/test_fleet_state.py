@@ -385,3 +385,15 @@ def test_a_failed_syncs_batch_goes_out_with_the_next(clock):
     throttle.record(False)
     throttle.unsend(tries, accepts)
     assert throttle.exchange()[:2] == (3, 1)
+
+
+def test_a_url_redis_py_cannot_use_names_state_url_without_its_password(clock):
+    """A state.url that passes the schema but not redis-py's parser is a ConfigError naming
+    state.url, with no password in it."""
+    with pytest.raises(ConfigError) as raised:
+        ResilientSession(
+            {"state": {"backend": "redis", "url": "redis://:s3cret@h:port/0"}}, clock=clock
+        )
+    message = str(raised.value)
+    assert message.startswith("state.url: ")
+    assert "s3cret" not in message
