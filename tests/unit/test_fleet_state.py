@@ -13,13 +13,9 @@ from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, Th
 from resilient_session.state.backend import MemoryBackend, open_backend
 from resilient_session.state.breaker import BreakerState, CircuitBreaker, TryResult
 from resilient_session.state.budget import TokenBucket
-from resilient_session.state.fleet import (
-    Change,
-    FleetBreaker,
-    FleetBucket,
-    FleetThrottle,
-    StateCode,
-)
+from resilient_session.state.fleet_breaker import Change, FleetBreaker, StateCode
+from resilient_session.state.fleet_budget import FleetBucket
+from resilient_session.state.fleet_throttle import FleetThrottle
 from resilient_session.state.throttle import AdaptiveThrottle, ThrottleSnapshot
 from tests.threads import run_together
 
