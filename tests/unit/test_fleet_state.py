@@ -6,6 +6,8 @@ import random
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from resilient_session import ConfigError, ResilientSession
 from resilient_session.config import load
@@ -17,6 +19,7 @@ from resilient_session.state.fleet_breaker import Change, FleetBreaker, StateCod
 from resilient_session.state.fleet_budget import FleetBucket
 from resilient_session.state.fleet_throttle import FleetThrottle
 from resilient_session.state.throttle import AdaptiveThrottle, ThrottleSnapshot
+from resilient_session.testing import FakeClock
 from tests.threads import run_together
 
 
@@ -393,3 +396,35 @@ def test_a_url_redis_py_cannot_use_names_state_url_without_its_password(clock):
     message = str(raised.value)
     assert message.startswith("state.url: ")
     assert "s3cret" not in message
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("deposit"), st.just(0.0), st.just(0)),
+            st.tuples(st.just("withdraw"), st.just(0.0), st.just(0)),
+            st.tuples(st.just("exchange"), st.just(0.0), st.just(0)),
+            st.tuples(
+                st.just("adopt"),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.integers(min_value=-3, max_value=1_000),
+            ),
+        ),
+        max_size=60,
+    )
+)
+def test_a_fleet_bucket_always_holds_between_zero_and_max_tokens(steps):
+    """Whatever the fleet answers (negative, huge, NaN tokens; no or many workers), a bucket
+    never holds fewer than 0 or more than max_tokens."""
+    clock = FakeClock()
+    bucket = FleetBucket(BudgetPolicy(ratio=0.3, min_per_second=0.0, max_tokens=7), clock)
+    for kind, tokens, workers in steps:
+        if kind == "deposit":
+            bucket.deposit()
+        elif kind == "withdraw":
+            bucket.try_withdraw()
+        elif kind == "exchange":
+            bucket.exchange()
+        else:
+            bucket.adopt(tokens, workers)
+        assert 0.0 <= bucket.snapshot().tokens <= 7.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from resilient_session.clock import Clock
 from resilient_session.policy import BudgetPolicy
 
@@ -43,5 +45,7 @@ class FleetBucket(TokenBucket):
                 self._retries - self._sent_retries
             )
             share = fleet_tokens / max(1, workers)
+            if math.isnan(share):
+                return
             self._tokens = min(self._max_tokens, max(0.0, share + since))
             self._refilled_at = max(self._clock.monotonic(), self._refilled_at)
