@@ -21,8 +21,13 @@ import requests
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.config import load
 from resilient_session.redis_server import RedisServer
+from resilient_session.state.breaker import TryResult
+from resilient_session.state.redis_backend import RedisBackend
+from resilient_session.state.registry import HostRegistry
 from resilient_session.upstream import FlakyUpstream, Reply
+from tests.threads import run_together
 
 from .conftest import FAST_RETRY
 
@@ -438,3 +443,33 @@ def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, ups
             refused += 1
     assert refused >= 1
     assert upstream.hits("/") == 5 + 10 - refused
+
+
+def test_the_registry_and_its_redis_backend_under_many_threads(redis_server, key_prefix):
+    """16 threads x 300 lookups over 80 hosts, with failures recorded, against a registry of
+    at most 50 hosts while its sync thread runs: the backend keeps exactly the registry's hosts
+    in step, and every one of them reaches Redis."""
+    config = load({**_config(redis_server.url, key_prefix), "registry": {"max_hosts": 50}})
+    registry = HostRegistry(config)
+    try:
+
+        def body(index: int) -> None:
+            for number in range(300):
+                state = registry.for_url(f"http://h{(index * 7 + number) % 80}.test/x")
+                permit, _ = state.breaker.allow()
+                if permit is not None:
+                    state.breaker.record(permit, TryResult.FAILURE)
+
+        run_together(16, body)
+        backend = registry.backend
+        assert isinstance(backend, RedisBackend)
+        kept = set(registry.health())
+        assert len(kept) == 50
+        _wait_until(lambda: set(backend.synced()) == kept)
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            _wait_until(lambda: all(client.exists(f"{key_prefix}{key}:breaker") for key in kept))
+        finally:
+            client.close()
+    finally:
+        registry.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from resilient_session.clock import Clock
@@ -15,6 +16,8 @@ from .throttle import AdaptiveThrottle
 
 # A host's guards, as a backend builds them: the throttle is None when the policy disables it.
 Guards = tuple[CircuitBreaker, TokenBucket, AdaptiveThrottle | None]
+# What the registry holds now: each host's key, policy and guards.
+HostsNow = Callable[[], list[tuple[str, HostPolicy, Guards]]]
 
 
 class StateBackend(Protocol):
@@ -33,13 +36,14 @@ class StateBackend(Protocol):
         """True while the shared store is out of reach and the guards run on local state."""
 
     def build(self, key: str, policy: HostPolicy) -> Guards:
-        """Fresh guards for host *key*; not yet in step with anything (see :meth:`track`)."""
+        """Fresh guards for host *key*."""
 
-    def track(self, key: str, policy: HostPolicy, guards: Guards) -> None:
-        """Keep *guards*, the ones the registry settled on for *key*, in step from now on."""
+    def serve(self, hosts: HostsNow) -> None:
+        """Keep in step, from now on, the guards *hosts* returns at each moment: exactly the
+        registry's, evictions and races included, with no list of its own to drift."""
 
-    def forget(self, key: str) -> None:
-        """Stop keeping *key*'s guards in step: the registry evicted the host."""
+    def added(self, key: str) -> None:
+        """The registry just made *key*'s guards: a chance to bring them in step soon."""
 
     def close(self) -> None:
         """Release what the backend holds (a thread, connections); the guards keep working
@@ -65,11 +69,11 @@ class MemoryBackend:
             AdaptiveThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )
 
-    def track(self, key: str, policy: HostPolicy, guards: Guards) -> None:
+    def serve(self, hosts: HostsNow) -> None:
         """Nothing to keep in step: the guards are the state."""
 
-    def forget(self, key: str) -> None:
-        """Nothing kept apart from the guards."""
+    def added(self, key: str) -> None:
+        """Nothing to do."""
 
     def close(self) -> None:
         """Nothing held."""

@@ -30,7 +30,7 @@ from resilient_session.policy import HostPolicy, StatePolicy
 from resilient_session.redact import redact_text
 
 from . import sync_thread
-from .backend import Guards
+from .backend import Guards, HostsNow
 from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
 from .fleet_breaker import FleetBreaker
 from .fleet_budget import FleetBucket
@@ -85,12 +85,13 @@ class RedisBackend:
         except ValueError as exc:
             raise ConfigError(f"state.url: {redact_text(str(exc))}") from None
         self._script = self._client.register_script(SYNC)
+        self._source: HostsNow = list
         self._begin()
         _live.add(self)
 
     def _begin(self) -> None:
         """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
-        self._lock = threading.Lock()
+        # The registry's hosts as of the last sync, read and replaced by the sync thread only.
         self._hosts: dict[str, SyncedHost] = {}
         self._wake = threading.Event()
         self._closed = False
@@ -114,6 +115,10 @@ class RedisBackend:
     def closed(self) -> bool:
         return self._closed
 
+    def synced(self) -> list[str]:
+        """The host keys the last sync kept in step."""
+        return list(self._hosts)
+
     def serves(self, wake: threading.Event) -> bool:
         """True while open and waking its thread with *wake* (a forked child has its own)."""
         return not self._closed and self._wake is wake
@@ -131,19 +136,13 @@ class RedisBackend:
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )
 
-    def track(self, key: str, policy: HostPolicy, guards: Guards) -> None:
-        breaker, bucket, throttle = guards
-        if not isinstance(breaker, FleetBreaker) or not isinstance(bucket, FleetBucket):
-            return
-        fleet_throttle = throttle if isinstance(throttle, FleetThrottle) else None
-        host = SyncedHost.of(key, self._policy.key_prefix, policy, breaker, bucket, fleet_throttle)
-        with self._lock:
-            self._hosts[key] = host
+    def serve(self, hosts: HostsNow) -> None:
+        self._source = hosts
         self._wake.set()
 
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._hosts.pop(key, None)
+    def added(self, key: str) -> None:
+        # A new host's state is read from the fleet at once, not a tick later.
+        self._wake.set()
 
     def close(self) -> None:
         """Stop the sync thread and drop the connections; the guards go on locally."""
@@ -156,17 +155,15 @@ class RedisBackend:
     def after_fork(self) -> None:
         """In a forked child: the parent's thread did not come along; start this worker's,
         with a worker id of its own, for the hosts the parent had."""
-        hosts = dict(self._hosts)
+        hosts = self._hosts
         self._begin()
-        with self._lock:
-            self._hosts.update(hosts)
+        self._hosts = hosts
 
     # -- the sync thread's side ----------------------------------------------------------------
 
     def sync(self) -> None:
         """One round trip: every host's batch out, the fleet's state in. Never raises."""
-        with self._lock:
-            hosts = list(self._hosts.values())
+        hosts = self._current()
         if not hosts:
             return
         batches = [take_batch(host, self._worker, self._alive_ms, self._jitter) for host in hosts]
@@ -181,6 +178,22 @@ class RedisBackend:
             if not isinstance(reply, Exception):
                 take_in(host, batch, reply)
         self._restore()
+
+    def _current(self) -> list[SyncedHost]:
+        """The registry's hosts now; the keys of one seen before are not built again."""
+        known = self._hosts
+        current: dict[str, SyncedHost] = {}
+        prefix = self._policy.key_prefix
+        for key, policy, (breaker, bucket, throttle) in self._source():
+            host = known.get(key)
+            if host is None or host.breaker is not breaker:
+                if not isinstance(breaker, FleetBreaker) or not isinstance(bucket, FleetBucket):
+                    continue
+                fleet_throttle = throttle if isinstance(throttle, FleetThrottle) else None
+                host = SyncedHost.of(key, prefix, policy, breaker, bucket, fleet_throttle)
+            current[key] = host
+        self._hosts = current
+        return list(current.values())
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
         """One EVALSHA per host in one pipeline, one round trip. A server that lost the script

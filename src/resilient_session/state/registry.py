@@ -12,7 +12,7 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.policy import HostPolicy
 
-from .backend import StateBackend, open_backend
+from .backend import Guards, StateBackend, open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .limit import ConcurrencyLimit, LimitSnapshot
@@ -174,6 +174,7 @@ class HostRegistry:
         # The origin and state most recently moved to the end, so never the next evicted:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
+        self.backend.serve(self.guards)
 
     def __len__(self) -> int:
         with self._lock:
@@ -208,19 +209,22 @@ class HostRegistry:
             (policy.timeout.connect, policy.timeout.read),
             ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
         )
-        evicted = []
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
             self._hosts.move_to_end(key)
             while len(self._hosts) > self._max_hosts:
-                evicted.append(self._hosts.popitem(last=False)[0])
+                self._hosts.popitem(last=False)
             self._last = (origin, state)
         # Outside the registry's lock: no code path holds two locks.
         if state is fresh:
-            self.backend.track(key, policy, guards)
-        for gone in evicted:
-            self.backend.forget(gone)
+            self.backend.added(key)
         return state
+
+    def guards(self) -> list[tuple[str, HostPolicy, Guards]]:
+        """Each host's key, policy and guards now: what a state backend keeps in step."""
+        with self._lock:
+            states = list(self._hosts.values())
+        return [(s.key, s.policy, (s.breaker, s.bucket, s.throttle)) for s in states]
 
     def close(self) -> None:
         """Release what the state backend holds (redis: its sync thread and connections).
