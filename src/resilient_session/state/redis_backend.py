@@ -137,11 +137,12 @@ class RedisBackend:
         )
 
     def serve(self, hosts: HostsNow) -> None:
+        """Sync, from now on, the hosts *hosts* returns at each sync."""
         self._source = hosts
         self._wake.set()
 
     def added(self, key: str) -> None:
-        # A new host's state is read from the fleet at once, not a tick later.
+        """Sync now: a new host's state is read from the fleet at once, not a tick later."""
         self._wake.set()
 
     def close(self) -> None:
