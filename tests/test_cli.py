@@ -177,9 +177,34 @@ def test_unexpected_error_is_one_line_not_a_traceback(capsys, monkeypatch):
 
 
 def test_check_valid_file(capsys, config_file):
-    """A valid file prints one ok line with its 2 host entries and exits 0."""
+    """A valid file prints an ok line with its 2 host entries, then its state backend."""
     assert main(["check", str(config_file)]) == 0
-    assert capsys.readouterr().out == f"{config_file}: ok (2 host entries)\n"
+    assert capsys.readouterr().out == (
+        f"{config_file}: ok (2 host entries)\n"
+        "state: memory (each process keeps its own breakers, budgets and throttles)\n"
+    )
+
+
+def test_check_shows_the_redis_state_backend_without_its_password(capsys, tmp_path):
+    """A file selecting the redis backend shows its address, prefix and timings, never the
+    password in its URL, both plain and above a host's policy."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "state:\n  backend: redis\n  url: redis://:s3cret@10.0.0.7:6380/2\n"
+        "  key_prefix: 'orders:'\n  timeout_ms: 15\n  sync_interval_ms: 50\n",
+        encoding="utf-8",
+    )
+    line = (
+        "state: redis at redis://10.0.0.7:6380/2, key prefix 'orders:', timeout 15 ms, "
+        "sync every 50 ms (breakers, budgets and throttles shared by every process using it)"
+    )
+    assert main(["check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: ok (0 host entries)\n{line}\n"
+    assert main(["check", str(path), "--host", "api.example.com"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == f"# {line}"
+    assert "s3cret" not in out
+    assert yaml.safe_load(out)["breaker"]["failure_threshold"] == 20
 
 
 def test_check_host_prints_the_merged_policy_as_yaml(capsys, config_file):
@@ -348,6 +373,22 @@ def test_stats_table_from_recorded_file(capsys):
         "21 lines read, 17 used, 4 skipped (2 not JSON, 0 too long, 1 other events, "
         "1 malformed); p50/p99 of each call's final try, within 1%"
     )
+
+
+def test_stats_counts_state_degraded_events(capsys, tmp_path):
+    """Each worker's state.degraded and state.restored lines are counted, in the table's
+    notes and in --json."""
+    path = tmp_path / "fleet.jsonl"
+    degraded = '{"event": "state.degraded", "backend": "redis", "url": "redis://r:6379/0"}'
+    restored = '{"event": "state.restored", "backend": "redis", "degraded_for": 5.1}'
+    path.write_text("\n".join([degraded, degraded, degraded, restored, restored]) + "\n")
+    assert main(["stats", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "shared state (redis backend): 3 times degraded to local state, 2 times restored" in (
+        lines
+    )
+    assert main(["stats", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == {"degraded": 3, "restored": 2}
 
 
 def test_stats_json_from_stdin(capsys, monkeypatch):

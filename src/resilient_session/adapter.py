@@ -60,14 +60,25 @@ class ResilientAdapter(HTTPAdapter):
         self._session: weakref.ref[requests.Session] | None = None
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
-        self.attach(registry if registry is not None else self._fresh_registry(load(config)))
+        # A registry made here is this adapter's to close (the redis backend's sync thread).
+        self._own_registry: HostRegistry | None = None
+        if registry is None:
+            registry = self._fresh_registry(load(config))
+            self.attach(registry)
+            self._own_registry = registry
+        else:
+            self.attach(registry)
 
     @property
     def registry(self) -> HostRegistry:
         return self._registry
 
     def attach(self, registry: HostRegistry) -> None:
-        """Keep per-host state in *registry* from now on."""
+        """Keep per-host state in *registry* from now on; one this adapter made is closed."""
+        owned = self._own_registry
+        if owned is not None and owned is not registry:
+            owned.close()
+            self._own_registry = None
         self._registry = registry
         redact = self._redact = sensitive_names(registry.config.events.redact_params)
         self._chain: Next = standard_chain(
@@ -96,6 +107,12 @@ class ResilientAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         return watch_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
+
+    def close(self) -> None:
+        """As ``HTTPAdapter.close``; also releases a registry this adapter made itself."""
+        super().close()
+        if self._own_registry is not None:
+            self._own_registry.close()
 
     def _fresh_registry(self, config: Config) -> HostRegistry:
         return HostRegistry(config, clock=self._clock, rng=self._rng)
@@ -153,7 +170,10 @@ class ResilientAdapter(HTTPAdapter):
         config, self._clock, self._rng = state.pop("_resilience")
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         self._session = None  # the session that unpickles this mounts it again
-        self.attach(self._fresh_registry(config))
+        self._own_registry = None
+        registry = self._fresh_registry(config)
+        self.attach(registry)
+        self._own_registry = registry
 
 
 def start_call(

@@ -24,7 +24,7 @@ from .config import load
 from .errors import ConfigError
 from .redact import SENSITIVE_PARAMS, redact_text, sensitive_names
 from .render import log_json_lines
-from .report import demo_text, stats_text
+from .report import demo_text, state_text, stats_text
 from .session import ResilientSession
 from .stats import StatsAggregator
 from .terminal import printable
@@ -267,6 +267,7 @@ def _run_check(args: argparse.Namespace) -> int:
     config = load(args.config)
     if args.host is None:
         print(f"{args.config}: ok ({len(config.rules)} host entries)")
+        print(state_text(config.state))
         return EXIT_OK
     host, port = _parse_host(args.host)
     matched = config.matching_pattern(host, port)
@@ -277,6 +278,7 @@ def _run_check(args: argparse.Namespace) -> int:
     entry = f'hosts."{matched}" over defaults' if matched is not None else "defaults only"
     shown = f"[{host}]" if ":" in host else host
     print(f"# {args.config}: ok; policy for {shown}:{port} ({entry})")
+    print(f"# {state_text(config.state)}")
     print(yaml.safe_dump(policy, sort_keys=False, default_flow_style=False), end="")
     return EXIT_OK
 

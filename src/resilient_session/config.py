@@ -13,7 +13,14 @@ import msgspec
 
 from . import configfile
 from .errors import ConfigError
-from .policy import ConfigDocument, EventsPolicy, HostPolicy, InboundPolicy, RegistryPolicy
+from .policy import (
+    ConfigDocument,
+    EventsPolicy,
+    HostPolicy,
+    InboundPolicy,
+    RegistryPolicy,
+    StatePolicy,
+)
 from .validation import Errors, check_key, check_struct, check_value, dotted, shown
 
 ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
@@ -55,6 +62,7 @@ class Config(msgspec.Struct, frozen=True):
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
     inbound: InboundPolicy = InboundPolicy()
+    state: StatePolicy = StatePolicy()
     source: str = "built-in defaults"
 
     def for_host(self, host: str, port: int) -> HostPolicy:
@@ -112,6 +120,7 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
         registry = check_struct(data.get("registry", {}), RegistryPolicy, ("registry",), errors)
         events = check_struct(data.get("events", {}), EventsPolicy, ("events",), errors)
         inbound = check_struct(data.get("inbound", {}), InboundPolicy, ("inbound",), errors)
+        state = check_struct(data.get("state", {}), StatePolicy, ("state",), errors)
         rules = _rules(data.get("hosts", {}), defaults, errors)
     except RecursionError:
         raise ConfigError("config nests too deeply") from None
@@ -121,6 +130,7 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
     assert registry is not None  # noqa: S101
     assert events is not None  # noqa: S101
     assert inbound is not None  # noqa: S101
+    assert state is not None  # noqa: S101
     rules.sort(key=_HostRule.specificity)
     return Config(
         defaults=defaults,
@@ -128,6 +138,7 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
         registry=registry,
         events=events,
         inbound=inbound,
+        state=state,
         source=origin,
     )
 

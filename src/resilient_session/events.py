@@ -125,3 +125,11 @@ def emit_transition(transition: Transition) -> None:
             seq=transition.seq,
             **{"from": transition.from_state.value, "to": transition.to_state.value},
         )
+
+
+def emit_state_change(event: str, **fields: str | float) -> None:
+    """Log ``state.degraded`` or ``state.restored``: the shared state went out of reach, or
+    came back. Called from the state backend's own thread, never under a lock."""
+    logger = logger_for(logging.WARNING)
+    if logger is not None:
+        logger.warning(event, **fields)

@@ -6,7 +6,7 @@ JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, TypeAlias
+from typing import Annotated, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -209,6 +209,19 @@ class InboundPolicy(StrictStruct, frozen=True):
     single_try_when_caller_retries: bool = True
 
 
+class StatePolicy(StrictStruct, frozen=True):
+    """Where breakers, budgets and throttle windows live: this process, or Redis for a fleet."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    url: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=2048, pattern=r"^(redis|rediss|unix)://")
+    ] = "redis://127.0.0.1:6379/0"
+    key_prefix: Annotated[str, msgspec.Meta(max_length=256)] = "resilient-session:"
+    # Every Redis command gets one try within this; a call never waits on it (docs/fleet.md).
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
+    sync_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 100
+
+
 class ConfigDocument(StrictStruct, frozen=True):
     """The shape of a configuration file; used for the JSON Schema and top-level keys."""
 
@@ -217,3 +230,5 @@ class ConfigDocument(StrictStruct, frozen=True):
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
     inbound: InboundPolicy = InboundPolicy()
+
+    state: StatePolicy = StatePolicy()

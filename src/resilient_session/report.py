@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .redact import redact_text
 from .terminal import printable
 
 if TYPE_CHECKING:
     from .demo import SceneResult
+    from .policy import StatePolicy
 
 
 _COLUMNS = [
@@ -70,6 +72,13 @@ def stats_text(summary: dict[str, Any]) -> str:
         if details:
             lines += ["", title]
             lines += [f"  {host}  {_counts(counts)}" for host, counts in details]
+    state = summary["state"]
+    if state["degraded"] or state["restored"]:
+        lines += [
+            "",
+            f"shared state (redis backend): {state['degraded']} times degraded to local "
+            f"state, {state['restored']} times restored",
+        ]
     skipped = summary["skipped"]
     lines += [
         "",
@@ -79,6 +88,19 @@ def stats_text(summary: dict[str, Any]) -> str:
         f"p50/p99 of each call's final try, within {summary['relative_error']:.0%}",
     ]
     return "\n".join(lines)
+
+
+def state_text(policy: StatePolicy) -> str:
+    """Where a configuration keeps breakers, budgets and throttle windows, in one line."""
+    if policy.backend == "memory":
+        return "state: memory (each process keeps its own breakers, budgets and throttles)"
+    # The URL may carry a password: never printed.
+    url = printable(redact_text(policy.url))
+    return (
+        f"state: redis at {url}, key prefix {printable(repr(policy.key_prefix))}, "
+        f"timeout {policy.timeout_ms} ms, sync every {policy.sync_interval_ms} ms "
+        "(breakers, budgets and throttles shared by every process using it)"
+    )
 
 
 def _table(

@@ -60,7 +60,7 @@ class ResilientSession(TypedVerbs):
         clock: the source of time (tests pass ``resilient_session.testing.FakeClock``).
         rng: the source of jitter.
         registry: per-host state to share with another session; by default each session
-            has its own.
+            has its own, and ``close()`` releases it (the redis backend's sync thread).
 
     Raises:
         ConfigError: the configuration is invalid; the message names the key.
@@ -87,6 +87,8 @@ class ResilientSession(TypedVerbs):
         self.config: Config = registry.config if registry is not None else load(config)
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        # A registry handed in belongs to the caller, who closes it.
+        self._owns_registry = registry is None
         self.registry = (
             registry
             if registry is not None
@@ -156,6 +158,13 @@ class ResilientSession(TypedVerbs):
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
         return self.registry.health()
 
+    def close(self) -> None:
+        """As ``requests.Session.close``; also releases the per-host state's backend (the
+        redis backend's sync thread and connections) when this session made it."""
+        super().close()
+        if self._owns_registry:
+            self.registry.close()
+
     def __copy__(self) -> ResilientSession:
         """A shallow copy, as ``copy.copy`` makes of a ``requests.Session``: a second handle
         on the same headers, cookies and adapters, and so on the same per-host state.
@@ -170,6 +179,7 @@ class ResilientSession(TypedVerbs):
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
+        self._owns_registry = True
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter):
                 adapter.serve(self)

@@ -20,6 +20,8 @@ from .sketch import RELATIVE_ERROR, DistinctCounter
 
 TRY_EVENT: Final = "http.try"
 TRANSITION_EVENT: Final = "breaker.transition"
+DEGRADED_EVENT: Final = "state.degraded"
+RESTORED_EVENT: Final = "state.restored"
 
 # 64 KiB, the newline included: about 200 times one of our events. Past it a line is not ours,
 # and is skipped a piece at a time, never held whole.
@@ -66,6 +68,9 @@ class StatsAggregator:
         self.skipped = Skipped()
         self.lines = 0
         self.used = 0
+        # Per worker, not per host: the redis state backend went out of reach, or came back.
+        self.state_degraded = 0
+        self.state_restored = 0
 
     def feed_file(self, stream: _Lines) -> None:
         """Feed every line of *stream*, holding at most ``MAX_LINE`` characters at a time."""
@@ -106,6 +111,8 @@ class StatsAggregator:
             self._add_try(event)
         elif name == TRANSITION_EVENT:
             self._add_transition(event)
+        elif name in (DEGRADED_EVENT, RESTORED_EVENT):
+            self._add_state_change(name, event)
         else:
             self.skipped.other_event += 1
 
@@ -170,6 +177,16 @@ class StatsAggregator:
         self.used += 1
         self._host(host).transitions[f"{before}->{after}"] += 1
 
+    def _add_state_change(self, name: str, event: Mapping[str, Any]) -> None:
+        if not isinstance(event.get("backend"), str):
+            self.skipped.malformed += 1
+            return
+        self.used += 1
+        if name == DEGRADED_EVENT:
+            self.state_degraded += 1
+        else:
+            self.state_restored += 1
+
     def summary(self) -> dict[str, Any]:
         """Everything as plain JSON-ready values, hosts in sorted order."""
         other = self.other_hosts
@@ -178,6 +195,7 @@ class StatsAggregator:
             "other_hosts": other.summary() if other is not None else None,
             "hosts_folded": self._folded.estimate() if other is not None else 0,
             "max_hosts": self._max_hosts,
+            "state": {"degraded": self.state_degraded, "restored": self.state_restored},
             "lines": self.lines,
             "used": self.used,
             "skipped": {

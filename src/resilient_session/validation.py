@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias, TypeVar, cast
 import msgspec
 
 from .errors import ConfigError
+from .redact import redact_text
 from .terminal import printable
 
 Path: TypeAlias = tuple[str | int, ...]
@@ -168,7 +169,8 @@ def shown(value: Any) -> str:
         text = _REPR.repr(value)
     except ValueError:  # an int past Python's digit limit for str()
         text = f"<{type(value).__name__} too large to show>"
-    return printable(_cut(text))
+    # A value may be a URL with a password in it (state.url): the message must not carry it.
+    return printable(_cut(redact_text(text)))
 
 
 def _cut(text: str, limit: int = MAX_SHOWN) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from resilient_session import ResilientSession
+from resilient_session.redis_server import RedisServer
 from resilient_session.upstream import FlakyUpstream
 
 # Real time is spent in these tests, so backoff is tiny: the behaviour is what is tested.
@@ -43,3 +47,35 @@ def make_session() -> Iterator[SessionFactory]:
     yield make
     for session in sessions:
         session.close()
+
+
+def _redis_or_skip() -> None:
+    """Skip, saying why, when redis-server is missing; under CI (CI=true) fail instead."""
+    if shutil.which("redis-server") is None:
+        reason = "redis-server is not on PATH (Debian: apt-get install redis-server)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the fleet-state tests: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One throwaway redis-server on a free loopback port for the whole test run; tests
+    share it under distinct key prefixes. Never the machine's own Redis."""
+    _redis_or_skip()
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to kill, pause and restart."""
+    _redis_or_skip()
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def key_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix no other test uses, so tests on the shared server never meet."""
+    return f"test:{request.node.name}:{uuid.uuid4().hex[:8]}:"

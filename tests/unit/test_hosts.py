@@ -201,6 +201,8 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
             "limit": 28,  # 32 dropped once, by the 503, to 28.8
             "in_flight": 0,
             "limited": 0,
+            "state_backend": "memory",
+            "state_degraded": False,
         }
     }
     assert list(as_json["http://svc.test:80"]) == _health_fields_in_docs()

@@ -248,3 +248,25 @@ def test_refused_tries_are_not_tries_and_agree_with_health(harness, logs):
     assert (figures["calls"], figures["tries"], figures["refused"]) == (5, 2, 3)
     assert (figures["tries"], figures["refused"]) == (health.tries, health.refused)
     assert (figures["tries_per_call"], figures["fail_fasts"]) == (0.4, {"breaker_open": 3})
+
+
+def test_state_degraded_and_restored_events_are_counted_per_session():
+    """Two workers that each lost Redis once and got it back count 2 degraded and 2
+    restored; one without its backend field is malformed, and none touches a host's row."""
+    aggregator = StatsAggregator()
+    degraded = {"event": "state.degraded", "backend": "redis", "url": "redis://r:6379/0"}
+    restored = {"event": "state.restored", "backend": "redis", "degraded_for": 5.2}
+    aggregator.feed_lines(
+        [
+            json.dumps(degraded),
+            _try(),
+            json.dumps(degraded),
+            json.dumps(restored),
+            json.dumps(restored),
+            json.dumps({"event": "state.degraded", "backend": 7}),
+        ]
+    )
+    summary = aggregator.summary()
+    assert summary["state"] == {"degraded": 2, "restored": 2}
+    assert (summary["used"], summary["skipped"]["malformed"]) == (5, 1)
+    assert list(summary["hosts"]) == [A]

@@ -12,6 +12,7 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.policy import HostPolicy
 
+from .backend import Guards, StateBackend, open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .limit import ConcurrencyLimit, LimitSnapshot
@@ -67,6 +68,9 @@ class HostHealth:
         limit: the concurrency limit now, in tries; 0 when the limit is disabled.
         in_flight: tries holding a slot of the limit now; 0 when the limit is disabled.
         limited: tries the concurrency limit refused, no slot freed within ``max_wait``.
+        state_backend: where the breaker, budget and throttle live: ``memory`` or ``redis``.
+        state_degraded: true while the redis backend cannot reach Redis and runs on this
+            process's state alone; always false for ``memory``.
     """
 
     breaker: BreakerState
@@ -85,15 +89,17 @@ class HostHealth:
     limit: int
     in_flight: int
     limited: int
+    state_backend: str
+    state_degraded: bool
 
-    def as_dict(self) -> dict[str, str | int | float]:
+    def as_dict(self) -> dict[str, str | int | float | bool]:
         """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
 
         Example::
 
             json.dumps({host: health.as_dict() for host, health in session.health().items()})
         """
-        values: dict[str, str | int | float] = {
+        values: dict[str, str | int | float | bool] = {
             field.name: getattr(self, field.name) for field in fields(self)
         }
         values["breaker"] = self.breaker.value
@@ -144,7 +150,11 @@ def _parse_host_key(url: str) -> tuple[str, str, int]:
 class HostRegistry:
     """Per-host state for one session, least recently used hosts evicted past ``max_hosts``.
 
-    Two sessions share breakers and budgets only when handed the same registry.
+    Two sessions share breakers and budgets only when handed the same registry; with the
+    redis backend (``state.backend``), every registry on the same Redis and prefix shares them.
+
+    Raises:
+        ConfigError: the ``state:`` section selects a backend that cannot be used.
     """
 
     def __init__(
@@ -157,12 +167,14 @@ class HostRegistry:
         self.config = config if config is not None else Config()
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
+        self.backend: StateBackend = open_backend(self.config.state, clock, self._rng)
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()
         self._hosts: OrderedDict[str, HostState] = OrderedDict()
         # The origin and state most recently moved to the end, so never the next evicted:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
+        self.backend.serve(self.guards)
 
     def __len__(self) -> int:
         with self._lock:
@@ -186,14 +198,14 @@ class HostRegistry:
                 return known
         # Matching and building happen outside the lock; a racing thread's entry wins.
         policy = self.config.for_host(host, port)
+        guards = self.backend.build(key, policy)
+        breaker, bucket, throttle = guards
         fresh = HostState(
             key,
             policy,
-            CircuitBreaker(key, policy.breaker, self._clock, self._rng),
-            TokenBucket(policy.budget, self._clock),
-            AdaptiveThrottle(policy.throttle, self._clock, self._rng)
-            if policy.throttle.enabled
-            else None,
+            breaker,
+            bucket,
+            throttle,
             (policy.timeout.connect, policy.timeout.read),
             ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
         )
@@ -203,13 +215,30 @@ class HostRegistry:
             while len(self._hosts) > self._max_hosts:
                 self._hosts.popitem(last=False)
             self._last = (origin, state)
-            return state
+        # Outside the registry's lock: no code path holds two locks.
+        if state is fresh:
+            self.backend.added(key)
+        return state
+
+    def guards(self) -> list[tuple[str, HostPolicy, Guards]]:
+        """Each host's key, policy and guards now: what a state backend keeps in step."""
+        with self._lock:
+            states = list(self._hosts.values())
+        return [(s.key, s.policy, (s.breaker, s.bucket, s.throttle)) for s in states]
+
+    def close(self) -> None:
+        """Release what the state backend holds (redis: its sync thread and connections).
+
+        The hosts' guards keep working afterwards, on this process's state alone.
+        """
+        self.backend.close()
 
     def health(self) -> dict[str, HostHealth]:
         """A snapshot per host, most recently used last."""
         with self._lock:
             states = list(self._hosts.values())
         result = {}
+        backend, degraded = self.backend.name, self.backend.degraded
         for state in states:
             breaker = state.breaker.snapshot()
             budget = state.bucket.snapshot()
@@ -236,5 +265,7 @@ class HostRegistry:
                 limit=limit.limit,
                 in_flight=limit.in_flight,
                 limited=limit.limited,
+                state_backend=backend,
+                state_degraded=degraded,
             )
         return result

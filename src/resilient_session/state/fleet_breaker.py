@@ -1,0 +1,220 @@
+"""The breaker a fleet shares: local state that batches its failures and follows the fleet's.
+
+The fleet guards (this, ``fleet_budget`` and ``fleet_throttle``) are the memory guards plus two
+methods for the sync thread: ``exchange()`` takes what changed here since the last exchange,
+``adopt()`` takes in what the whole fleet holds. Admission and counting stay local and under
+the guard's own lock, so a call never waits on the shared store, and with the store gone each
+guard simply goes on as the memory one. Nothing here knows where the fleet's state is kept.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from resilient_session.clock import Clock
+from resilient_session.policy import BreakerPolicy
+
+from .breaker import BreakerState, CircuitBreaker, Permit, Transition, TryResult
+
+_FAILURE = TryResult.FAILURE
+_SUCCESS = TryResult.SUCCESS
+_CLOSED = BreakerState.CLOSED
+_OPEN = BreakerState.OPEN
+_HALF_OPEN = BreakerState.HALF_OPEN
+
+
+class StateCode(IntEnum):
+    """A breaker state as the shared store keeps it."""
+
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+
+class Change(IntEnum):
+    """The last state change this worker's breaker made by itself since the last exchange."""
+
+    NONE = 0
+    OPENED = 1
+    CLOSED = 2
+
+
+_CODES = {
+    BreakerState.CLOSED: StateCode.CLOSED,
+    BreakerState.OPEN: StateCode.OPEN,
+    BreakerState.HALF_OPEN: StateCode.HALF_OPEN,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerReport:
+    """What a worker's breaker tells the fleet at one exchange."""
+
+    state: StateCode
+    # Milliseconds an open breaker stays open here; what a fresh shared state starts from.
+    open_for_ms: int
+    # The fleet generation this breaker last adopted; a change made against an older one lost
+    # a race with another worker's and is dropped by the store.
+    generation: int
+    # Consecutive failures at the end of the batch, and whether a success came before them
+    # (it ends the fleet's run of failures, as it ends a local one).
+    failure_run: int
+    success_seen: bool
+    change: Change
+
+
+class FleetBreaker(CircuitBreaker):
+    """A circuit breaker whose failures count fleet-wide and whose openings every worker
+    follows.
+
+    A failure while closed wakes the sync thread (*wake*): it may be the one that opens the
+    breaker for the fleet. Successes on a healthy host only set a flag.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        policy: BreakerPolicy,
+        clock: Clock,
+        rng: random.Random,
+        wake: Callable[[], None],
+    ) -> None:
+        super().__init__(host, policy, clock, rng)
+        self._wake = wake
+        # Its own lock, never held with the breaker's: the batch is not the state machine.
+        self._batch_lock = threading.Lock()
+        self._failure_run = 0
+        self._success_seen = False
+        self._change = Change.NONE
+        self._generation = 0
+        # The fleet's run of failures as of the last sync, these workers' included.
+        self._fleet_failures = 0
+
+    def _after_closed_try(self, result: TryResult) -> Transition | None:
+        transition = super()._after_closed_try(result)
+        # The fleet's run as last read plus this worker's failures since (this one included,
+        # not yet in the batch) is a run that already happened: reaching the threshold opens
+        # here at once rather than a round trip later, and the opening goes out to the fleet.
+        if (
+            transition is None
+            and result is _FAILURE
+            and self._fleet_failures
+            and self._fleet_failures + self._failure_run + 1 >= self._policy.failure_threshold
+        ):
+            return self._open()
+        return transition
+
+    def record(
+        self, permit: Permit, result: TryResult, sent: bool = True, counted: bool = True
+    ) -> tuple[BreakerState, Transition | None]:
+        state, transition = super().record(permit, result, sent, counted)
+        if transition is not None:
+            if transition.to_state is not _HALF_OPEN:
+                with self._batch_lock:
+                    self._change = Change.OPENED if transition.to_state is _OPEN else Change.CLOSED
+                self._wake()
+        elif permit.probe or not sent or state is not _CLOSED:
+            # A probe speaks through the change it makes; a stale result speaks for nothing.
+            pass
+        elif result is _FAILURE:
+            with self._batch_lock:
+                self._failure_run += 1
+            self._wake()
+        elif result is _SUCCESS and (self._failure_run or not self._success_seen):
+            with self._batch_lock:
+                self._failure_run = 0
+                self._success_seen = True
+        return state, transition
+
+    def exchange(self) -> BreakerReport:
+        """What changed here since the last exchange; the batch starts afresh."""
+        with self._lock:
+            state = self._state
+            open_for = 0.0
+            if state is _OPEN:
+                open_for = max(0.0, self._open_until - self._clock.monotonic())
+        with self._batch_lock:
+            report = BreakerReport(
+                _CODES[state],
+                round(open_for * 1000),
+                self._generation,
+                self._failure_run,
+                self._success_seen,
+                self._change,
+            )
+            self._failure_run = 0
+            self._success_seen = False
+            self._change = Change.NONE
+        return report
+
+    def adopt(
+        self, state: StateCode, open_for: float, generation: int, failures: int = 0
+    ) -> Transition | None:
+        """Follow the fleet's breaker: *state*, open for *open_for* more seconds, as of
+        *generation*, with a run of *failures*. Returns this breaker's transition, if it made
+        one, to be logged."""
+        # Read without the batch's lock: no two locks are ever held at once.
+        pending = self._change
+        with self._lock:
+            self._fleet_failures = failures
+            if generation == self._generation:
+                # Nothing new in the fleet; what this breaker did since is in its next batch.
+                return None
+            self._generation = generation
+            if pending is Change.OPENED:
+                # This breaker opened after its batch went out, so the fleet's state does not
+                # know it yet: the opening goes out with the next batch, against this
+                # generation, rather than being undone by a state that predates it.
+                if state is StateCode.OPEN and self._state is _OPEN:
+                    self._open_until = self._clock.monotonic() + open_for
+                return None
+            transition = self._follow(state, open_for)
+        if pending is Change.CLOSED and state is StateCode.OPEN:
+            # A newer opening outweighs this breaker's probe: its closing is not sent.
+            with self._batch_lock:
+                if self._change is Change.CLOSED:
+                    self._change = Change.NONE
+        return transition
+
+    def _follow(self, state: StateCode, open_for: float) -> Transition | None:
+        now = self._clock.monotonic()
+        if state is StateCode.CLOSED:
+            if self._state is _CLOSED:
+                return None
+            self._openings = 0
+            return self._move(_CLOSED)
+        if self._state is _OPEN:
+            self._open_until = now + open_for
+            return None
+        if self._state is _HALF_OPEN and open_for <= 0:
+            # Probing already: the fleet's opening has run out here too.
+            return None
+        self._openings += 1
+        transition = self._move(_OPEN)
+        self._open_until = now + open_for
+        return transition
+
+    def unsend(self, report: BreakerReport) -> None:
+        """Put back a batch whose sync failed, to go out with the next one.
+
+        Failures followed here by a success since are dropped, as a success ends a run.
+        """
+        with self._batch_lock:
+            if not self._success_seen:
+                self._failure_run += report.failure_run
+                self._success_seen = report.success_seen
+            if self._change is Change.NONE:
+                self._change = report.change
+
+    def isolate(self) -> None:
+        """The fleet is out of reach: forget the batch, whose counts it will never see."""
+        with self._lock:
+            self._fleet_failures = 0
+        with self._batch_lock:
+            self._failure_run = 0
+            self._success_seen = False
+            self._change = Change.NONE

@@ -1,0 +1,273 @@
+"""The redis backend: each host's guards kept in step with a fleet's, off the caller's thread.
+
+A per-session daemon thread does every Redis round trip: every ``sync_interval_ms``, and at
+once when a failure may open a breaker, it sends each host's batch (the failures, successes,
+deposits, withdrawals and throttle counts since the last sync) and reads the fleet's state
+back, all hosts in one pipeline of one Lua script call each. A call only ever reads local
+fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
+guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
+per outage. docs/fleet.md says what is kept where and what is promised.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import uuid
+import weakref
+from typing import Any, Final
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.errors import ConfigError
+from resilient_session.events import emit_state_change
+from resilient_session.policy import HostPolicy, StatePolicy
+from resilient_session.redact import redact_text
+
+from . import sync_thread
+from .backend import Guards, HostsNow
+from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
+from .fleet_breaker import FleetBreaker
+from .fleet_budget import FleetBucket
+from .fleet_throttle import FleetThrottle
+from .lua import SYNC
+
+# A worker is counted in a host's budget split while it synced within this many intervals.
+_ALIVE_INTERVALS: Final = 3
+_MIN_ALIVE_MS: Final = 1_000
+# Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
+_OUTAGE_SYNCS: Final = 2
+
+_live: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
+
+
+class RedisBackend:
+    """Guards shared with every worker that names the same Redis and ``key_prefix``.
+
+    Args:
+        policy: the ``state:`` section.
+        clock: the clock the guards run on.
+        rng: the guards' random source (the throttle's draws).
+
+    Raises:
+        ConfigError: ``state.url`` is not a URL redis-py can connect with.
+    """
+
+    name = "redis"
+
+    def __init__(self, policy: StatePolicy, clock: Clock, rng: random.Random) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._rng = rng
+        # The reopening jitter is drawn on the sync thread, from its own source, so the
+        # session's backoff jitter stays the sequence it would be in memory.
+        self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
+        self._interval = policy.sync_interval_ms / 1000
+        self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
+        self._url_shown = redact_text(policy.url)
+        timeout = policy.timeout_ms / 1000
+        try:
+            # One attempt within timeout_ms: redis-py's default retries with backoff alone
+            # would outlast it.
+            self._client: redis.Redis = redis.Redis.from_url(
+                policy.url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+                health_check_interval=0,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"state.url: {redact_text(str(exc))}") from None
+        self._script = self._client.register_script(SYNC)
+        self._source: HostsNow = list
+        self._begin()
+        _live.add(self)
+
+    def _begin(self) -> None:
+        """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
+        # The registry's hosts as of the last sync, read and replaced by the sync thread only.
+        self._hosts: dict[str, SyncedHost] = {}
+        self._wake = threading.Event()
+        self._closed = False
+        self._degraded_at: float | None = None
+        self._failing_since: float | None = None
+        self._failed_syncs = 0
+        self._worker = uuid.uuid4().hex
+        self._thread = threading.Thread(
+            target=sync_thread.run,
+            args=(weakref.ref(self), self._wake, self._interval),
+            name="resilient-session-state-sync",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def degraded(self) -> bool:
+        return self._degraded_at is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def synced(self) -> list[str]:
+        """The host keys the last sync kept in step."""
+        return list(self._hosts)
+
+    def serves(self, wake: threading.Event) -> bool:
+        """True while open and waking its thread with *wake* (a forked child has its own)."""
+        return not self._closed and self._wake is wake
+
+    def wake(self) -> None:
+        """Sync soon: a failure may open a breaker. Looked up on each call, as a forked
+        child's thread waits on an event of its own."""
+        self._wake.set()
+
+    def build(self, key: str, policy: HostPolicy) -> Guards:
+        clock, rng = self._clock, self._rng
+        return (
+            FleetBreaker(key, policy.breaker, clock, rng, self.wake),
+            FleetBucket(policy.budget, clock),
+            FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
+        )
+
+    def serve(self, hosts: HostsNow) -> None:
+        """Sync, from now on, the hosts *hosts* returns at each sync."""
+        self._source = hosts
+        self._wake.set()
+
+    def added(self, key: str) -> None:
+        """Sync now: a new host's state is read from the fleet at once, not a tick later."""
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the sync thread and drop the connections; the guards go on locally."""
+        self._closed = True
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
+        self._client.close()
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's thread did not come along; start this worker's,
+        with a worker id of its own, for the hosts the parent had."""
+        hosts = self._hosts
+        self._begin()
+        self._hosts = hosts
+
+    # -- the sync thread's side ----------------------------------------------------------------
+
+    def sync(self) -> None:
+        """One round trip: every host's batch out, the fleet's state in. Never raises."""
+        hosts = self._current()
+        if not hosts:
+            return
+        batches = [take_batch(host, self._worker, self._alive_ms, self._jitter) for host in hosts]
+        try:
+            replies = self._run_script(hosts, batches)
+        except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
+            self._degrade(error, hosts, batches)
+            return
+        for host, batch, reply in zip(hosts, batches, replies, strict=True):
+            # A reply that is an error (a key of the wrong type) or malformed leaves that
+            # host on its local state until a good one comes.
+            if not isinstance(reply, Exception):
+                take_in(host, batch, reply)
+        self._restore()
+
+    def _current(self) -> list[SyncedHost]:
+        """The registry's hosts now; the keys of one seen before are not built again."""
+        known = self._hosts
+        current: dict[str, SyncedHost] = {}
+        prefix = self._policy.key_prefix
+        for key, policy, (breaker, bucket, throttle) in self._source():
+            host = known.get(key)
+            if host is None or host.breaker is not breaker:
+                if not isinstance(breaker, FleetBreaker) or not isinstance(bucket, FleetBucket):
+                    continue
+                fleet_throttle = throttle if isinstance(throttle, FleetThrottle) else None
+                host = SyncedHost.of(key, prefix, policy, breaker, bucket, fleet_throttle)
+            current[key] = host
+        self._hosts = current
+        return list(current.values())
+
+    def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
+        """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
+        (restarted, SCRIPT FLUSH) answers NOSCRIPT to all of them, and ran none: the script is
+        loaded through its ``Script`` object and those hosts' batches are sent again."""
+        replies = self._pipeline(hosts, batches)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            self._script.sha = self._client.script_load(self._script.script)
+            again = self._pipeline([hosts[i] for i in missing], [batches[i] for i in missing])
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+
+    def _pipeline(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
+        # Not the Script object's own pipeline support: it asks SCRIPT EXISTS first, a second
+        # round trip on every sync.
+        pipe = self._client.pipeline(transaction=False)
+        try:
+            for host, batch in zip(hosts, batches, strict=True):
+                pipe.evalsha(self._script.sha, len(host.keys), *host.keys, *batch.args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+        finally:
+            pipe.reset()
+
+    def _degrade(self, error: Exception, hosts: list[SyncedHost], batches: list[Batch]) -> None:
+        if self._failed_syncs + 1 < _OUTAGE_SYNCS:
+            # A blip: the batch goes out again with the next sync, so a slow Redis loses no
+            # count. A sync that timed out after the server ran it is counted twice: at most
+            # one batch per worker per blip, and in the cautious direction for the breaker.
+            for host, batch in zip(hosts, batches, strict=True):
+                put_back(host, batch)
+        else:
+            # An outage: the counts are this process's own from here on.
+            for host in hosts:
+                isolate(host)
+        now = SYSTEM_CLOCK.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._failed_syncs += 1
+        # One failed sync is a blip (a busy machine can hold a healthy Redis past 20 ms once):
+        # the guards ran locally meanwhile and the batch goes out again, but only a second
+        # failure in a row is an outage worth an event.
+        if self._failed_syncs >= _OUTAGE_SYNCS and self._degraded_at is None and not self._closed:
+            self._degraded_at = self._failing_since
+            emit_state_change(
+                "state.degraded", backend=self.name, url=self._url_shown, error=_name(error)
+            )
+
+    def _restore(self) -> None:
+        self._failed_syncs = 0
+        self._failing_since = None
+        degraded_at = self._degraded_at
+        if degraded_at is not None:
+            self._degraded_at = None
+            emit_state_change(
+                "state.restored",
+                backend=self.name,
+                url=self._url_shown,
+                degraded_for=round(SYSTEM_CLOCK.monotonic() - degraded_at, 6),
+            )
+
+
+def _name(error: Exception) -> str:
+    return type(error).__name__
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_live):
+        if not backend.closed:
+            backend.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

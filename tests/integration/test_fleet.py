@@ -1,0 +1,475 @@
+"""Fleet state on a real redis-server: sessions that each stand for a worker process share one
+breaker, budget and throttle per host, and a Redis that dies, hangs or forgets costs no call."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pickle
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import redis
+import requests
+
+from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
+from resilient_session.adapter import ResilientAdapter
+from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.config import load
+from resilient_session.redis_server import RedisServer
+from resilient_session.state.breaker import TryResult
+from resilient_session.state.redis_backend import RedisBackend
+from resilient_session.state.registry import HostRegistry
+from resilient_session.upstream import FlakyUpstream, Reply
+from tests.threads import run_together
+
+from .conftest import FAST_RETRY
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_MS = 50
+THRESHOLD = 10
+SYNC_THREAD = "resilient-session-state-sync"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json"
+
+Workers = Callable[..., list[ResilientSession]]
+
+
+def _config(
+    url: str,
+    prefix: str,
+    backend: str = "redis",
+    interval_ms: int = INTERVAL_MS,
+    timeout_ms: int = 20,
+    **sections: Any,
+) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "retry": {**FAST_RETRY, "max_attempts": 1},
+        "breaker": {"failure_threshold": THRESHOLD, "recovery_timeout": 30.0},
+        "throttle": {"enabled": False},
+    }
+    for name, values in sections.items():
+        defaults[name] = {**defaults.get(name, {}), **values}
+    state = {
+        "backend": backend,
+        "url": url,
+        "key_prefix": prefix,
+        "sync_interval_ms": interval_ms,
+        "timeout_ms": timeout_ms,
+    }
+    return {"defaults": defaults, "state": state}
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    """``workers(n, config)``: n sessions, each with its own state backend and sync thread,
+    as n worker processes would have; all closed when the test ends."""
+    made: list[ResilientSession] = []
+
+    def make(count: int, config: dict[str, Any]) -> list[ResilientSession]:
+        sessions = [ResilientSession(config) for _ in range(count)]
+        made.extend(sessions)
+        return sessions
+
+    yield make
+    for session in made:
+        session.close()
+
+
+def _wait_until(check: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds until *check* held, polling every 5 ms; fails the test past *timeout*."""
+    started = SYSTEM_CLOCK.monotonic()
+    while not check():
+        waited = SYSTEM_CLOCK.monotonic() - started
+        if waited > timeout:
+            raise AssertionError(f"not true within {timeout} s")
+        SYSTEM_CLOCK.sleep(0.005)
+    return SYSTEM_CLOCK.monotonic() - started
+
+
+def _fail_until_all_fail_fast(sessions: list[ResilientSession], url: str) -> int:
+    """Call round robin until every session refused its last call; returns calls made."""
+    failing_fast = [False] * len(sessions)
+    for number in range(2_000):
+        index = number % len(sessions)
+        try:
+            sessions[index].get(url)
+            failing_fast[index] = False
+        except CircuitOpenError:
+            failing_fast[index] = True
+        if all(failing_fast):
+            return number + 1
+        SYSTEM_CLOCK.sleep(0.001)
+    raise AssertionError("the breakers never all opened")
+
+
+def test_the_fleet_opens_after_about_one_threshold_of_failures(
+    redis_server, key_prefix, upstream, workers
+):
+    """Four workers on one Redis send at most 2 x failure_threshold tries to a host that
+    answers 503 before every one fails fast; on the memory backend each needs its own 10."""
+    upstream.script("/down", Reply(503))
+    fleet = workers(4, _config(redis_server.url, key_prefix))
+    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    fleet_hits = upstream.hits("/down")
+    assert THRESHOLD <= fleet_hits <= 2 * THRESHOLD
+
+    local = workers(4, _config(redis_server.url, key_prefix, backend="memory"))
+    _fail_until_all_fail_fast(local, upstream.url("/down"))
+    assert upstream.hits("/down") - fleet_hits == 4 * THRESHOLD
+    assert all(session.health()[_key(upstream)].state_backend == "redis" for session in fleet)
+
+
+def _key(upstream: FlakyUpstream) -> str:
+    return f"http://127.0.0.1:{upstream.port}"
+
+
+def test_an_opening_reaches_an_idle_worker_within_one_sync_interval(
+    redis_server, key_prefix, upstream, workers, logs
+):
+    """A worker that never saw a failure follows the fleet's opening within one sync interval
+    (plus a loaded machine's slack), and logs its own breaker.transition."""
+    upstream.script("/down", Reply(503))
+    failing, idle = workers(2, _config(redis_server.url, key_prefix, interval_ms=100))
+    assert idle.get(upstream.url("/")).status_code == 200
+    key = _key(upstream)
+    for _ in range(THRESHOLD):
+        failing.get(upstream.url("/down"))
+    opened = _wait_until(lambda: failing.health()[key].breaker.value == "open", timeout=2.0)
+    reached = _wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
+    assert opened + reached <= 0.1 + 0.4
+    with pytest.raises(CircuitOpenError):
+        idle.get(upstream.url("/"))
+    assert upstream.hits("/") == 1
+    opens = [e for e in logs if e["event"] == "breaker.transition" and e["to"] == "open"]
+    assert len(opens) == 2
+
+
+def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, workers):
+    """Four workers whose bucket holds 8 tokens and earns none retry at most 8 times in all
+    against a host that always answers 503; four memory buckets retry 32 times.
+
+    Each worker holds a quarter of the fleet's tokens and a retry takes a whole one, so up
+    to a token per worker can sit unspent until the next sync: at least 4 retries."""
+    upstream.script("/flaky", Reply(503))
+    sections: dict[str, Any] = {
+        "retry": {"max_attempts": 4},
+        "budget": {"ratio": 0.0, "min_per_second": 0.0, "max_tokens": 8},
+        "breaker": {"failure_threshold": 10_000},
+    }
+    fleet = workers(4, _config(redis_server.url, key_prefix, **sections))
+    local = workers(4, _config(redis_server.url, key_prefix, backend="memory", **sections))
+    for session in fleet + local:
+        assert session.get(upstream.url("/")).status_code == 200
+    # Every worker has synced at least twice: each knows the fleet has four.
+    SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)
+    key = _key(upstream)
+    for group in (fleet, local):
+        for _ in range(10):
+            for session in group:
+                assert session.get(upstream.url("/flaky")).status_code == 503
+    fleet_retries = sum(session.health()[key].retries for session in fleet)
+    local_retries = sum(session.health()[key].retries for session in local)
+    assert 4 <= fleet_retries <= 8
+    assert local_retries == 32
+
+
+def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
+    own_redis, key_prefix, upstream, workers, logs
+):
+    """Killed for 0.6 s, restarted, then paused (SIGSTOP) for 0.6 s, Redis costs no call of
+    two workers' four threads; each worker logs one state.degraded and one state.restored per
+    outage, and health says degraded only during them.
+
+    The timeout is 100 ms, not 20: two test runs on two busy cores can hold a healthy Redis
+    past 20 ms for a few syncs in a row, which is an outage of its own, and logged as one."""
+    fleet = workers(2, _config(own_redis.url, key_prefix, timeout_ms=100))
+    key = _key(upstream)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    calls = [0]
+
+    def load(session: ResilientSession) -> None:
+        while not stop.is_set():
+            try:
+                assert session.get(upstream.url("/"), timeout=2.0).status_code == 200
+                calls[0] += 1
+            except (requests.RequestException, AssertionError) as exc:
+                errors.append(exc)
+            SYSTEM_CLOCK.sleep(0.002)
+
+    threads = [threading.Thread(target=load, args=(s,)) for s in fleet for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait_until(lambda: all(key in s.health() for s in fleet))
+        SYSTEM_CLOCK.sleep(0.3)
+        own_redis.kill()
+        _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+        SYSTEM_CLOCK.sleep(0.6)
+        own_redis.start()
+        _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+        SYSTEM_CLOCK.sleep(0.3)
+        own_redis.pause()
+        _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+        SYSTEM_CLOCK.sleep(0.6)
+        own_redis.resume()
+        _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+        SYSTEM_CLOCK.sleep(0.3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert errors == []
+    assert calls[0] > 100
+    names = [e["event"] for e in logs if e["event"].startswith("state.")]
+    assert names.count("state.degraded") == names.count("state.restored") == 4
+    degraded = [e for e in logs if e["event"] == "state.degraded"]
+    assert {e["error"] for e in degraded} <= {"ConnectionError", "TimeoutError"}
+    # The restarted server learnt the host again from the workers' syncs.
+    client = redis.Redis.from_url(own_redis.url)
+    try:
+        assert client.exists(f"{key_prefix}{key}:breaker") == 1
+    finally:
+        client.close()
+
+
+def test_protection_is_back_within_a_sync_interval_of_a_restart(
+    own_redis, key_prefix, upstream, workers
+):
+    """After Redis was killed and came back empty, the fleet again opens on about one
+    threshold of failures: the script rebuilds every key from the workers' reports."""
+    upstream.script("/down", Reply(503))
+    fleet = workers(3, _config(own_redis.url, key_prefix))
+    for session in fleet:
+        assert session.get(upstream.url("/")).status_code == 200
+    key = _key(upstream)
+    own_redis.kill()
+    _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+    own_redis.start()
+    _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
+
+
+def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, upstream, workers):
+    """FLUSHALL and SCRIPT FLUSH while the fleet's breaker is open: the next sync reloads the
+    script and recreates the key from a
+    worker's own open breaker, and no worker closes or errs."""
+    upstream.script("/down", Reply(503))
+    fleet = workers(2, _config(redis_server.url, key_prefix))
+    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    hits = upstream.hits("/down")
+    key = _key(upstream)
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.flushall()
+        client.script_flush()
+        breaker_key = f"{key_prefix}{key}:breaker"
+        _wait_until(lambda: client.exists(breaker_key) == 1)
+        assert client.hget(breaker_key, "s") == b"1"
+        assert 0 < client.pttl(breaker_key) <= 300_000
+    finally:
+        client.close()
+    SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)
+    for session in fleet:
+        assert session.health()[key].breaker.value == "open"
+        with pytest.raises(CircuitOpenError):
+            session.get(upstream.url("/down"))
+    assert upstream.hits("/down") == hits
+
+
+def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(upstream, logs):
+    """With nothing listening at the URL, calls go on as on the memory backend; one
+    state.degraded is logged, its url without the password, and health says degraded."""
+    with RedisServer() as server:
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+    with ResilientSession(_config(url, "t:")) as session:
+        for _ in range(5):
+            assert session.get(upstream.url("/")).status_code == 200
+            SYSTEM_CLOCK.sleep(INTERVAL_MS / 1000)
+        key = _key(upstream)
+        assert session.health()[key].state_degraded is True
+    degraded = [e for e in logs if e["event"] == "state.degraded"]
+    assert degraded == [
+        {
+            "event": "state.degraded",
+            "log_level": "warning",
+            "backend": "redis",
+            "url": f"redis://127.0.0.1:{server.port}/0",
+            "error": "ConnectionError",
+        }
+    ]
+    assert "s3cret" not in repr(logs)
+    assert upstream.hits("/") == 5
+
+
+def test_close_stops_the_sync_thread(redis_server, key_prefix):
+    """Each redis-backed session (or adapter that made its own state) runs one sync thread,
+    and close() ends it; an unpickled copy runs one of its own."""
+
+    def running() -> int:
+        return sum(thread.name == SYNC_THREAD for thread in threading.enumerate())
+
+    before = running()
+    sessions = [ResilientSession(_config(redis_server.url, key_prefix)) for _ in range(3)]
+    assert running() == before + 3
+    # A copy read back from a pickle has fresh state: one thread of its own, no more.
+    sessions.append(pickle.loads(pickle.dumps(sessions[0])))  # noqa: S301 - our own bytes
+    assert running() == before + 4
+    # An adapter mounted on a plain requests.Session closes the registry it made.
+    plain = requests.Session()
+    plain.mount("http://", ResilientAdapter(_config(redis_server.url, key_prefix)))
+    assert running() == before + 5
+    plain.close()
+    for session in sessions:
+        session.close()
+    assert running() == before
+
+
+def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
+    """state.degraded and state.restored as log_json_lines renders them validate against
+    docs/events.schema.json."""
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    stream = io.StringIO()
+    log_json_lines(stream)
+    with ResilientSession(_config(own_redis.url, key_prefix, timeout_ms=100)) as session:
+        assert session.get(upstream.url("/")).status_code == 200
+        key = _key(upstream)
+        own_redis.kill()
+        _wait_until(lambda: session.health()[key].state_degraded)
+        own_redis.start()
+        _wait_until(lambda: not session.health()[key].state_degraded)
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    changes = [event for event in events if event["event"].startswith("state.")]
+    assert [event["event"] for event in changes] == ["state.degraded", "state.restored"]
+    assert [list(validator.iter_errors(event)) for event in events] == [[]] * len(events)
+    assert not validator.is_valid({**changes[0], "error": None})
+    assert not validator.is_valid({**changes[1], "degraded_for": -1})
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12 warns on fork with threads
+def test_a_forked_worker_syncs_as_a_worker_of_its_own(redis_server, key_prefix, upstream):
+    """A session made before a fork (a preloaded gunicorn app) syncs from the child too, with a
+    worker id of its own: the host's workers set holds parent and child."""
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    try:
+        assert session.get(upstream.url("/")).status_code == 200
+        workers_key = f"{key_prefix}{_key(upstream)}:workers"
+        client = redis.Redis.from_url(redis_server.url)
+        _wait_until(lambda: client.zcard(workers_key) == 1)
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status only
+            code = 1
+            try:
+                session.get(upstream.url("/"))
+                _wait_until(lambda: client.zcard(workers_key) == 2, timeout=5.0)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert client.zcard(workers_key) == 2
+        client.close()
+    finally:
+        session.close()
+
+
+def test_one_workers_probe_closes_the_breaker_for_the_fleet(
+    redis_server, key_prefix, upstream, workers, logs
+):
+    """After the fleet's opening runs out and the host heals, the first worker's successful
+    probe closes every worker's breaker: the idle worker closes without a probe of its own."""
+    upstream.script("/flaky", Reply(503), Reply(503), Reply(200))
+    sections: dict[str, Any] = {"breaker": {"failure_threshold": 2, "recovery_timeout": 0.3}}
+    prober, idle = workers(2, _config(redis_server.url, key_prefix, **sections))
+    key = _key(upstream)
+    assert idle.get(upstream.url("/")).status_code == 200
+    prober.get(upstream.url("/flaky"))
+    prober.get(upstream.url("/flaky"))
+    _wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
+    SYSTEM_CLOCK.sleep(0.35)
+    assert prober.get(upstream.url("/flaky")).status_code == 200
+    _wait_until(lambda: idle.health()[key].breaker.value == "closed", timeout=2.0)
+    assert upstream.hits("/flaky") == 3
+    assert upstream.hits("/") == 1
+    moves = [(e["from"], e["to"]) for e in logs if e["event"] == "breaker.transition"]
+    # The prober: closed -> open -> half_open -> closed; the idle one: closed -> open -> closed.
+    assert sorted(moves) == sorted(
+        [
+            ("closed", "open"),
+            ("open", "half_open"),
+            ("half_open", "closed"),
+            ("closed", "open"),
+            ("open", "closed"),
+        ]
+    )
+
+
+def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, upstream, workers):
+    """A worker that sent only 5 tries of its own, all answered, is throttled when the fleet's
+    window holds another worker's failures: it refuses from the fleet's refusal chance, where
+    its own window (under min_tries) would refuse nothing."""
+    upstream.script("/down", Reply(503))
+    sections: dict[str, Any] = {
+        "throttle": {"enabled": True, "min_tries": 20},
+        "breaker": {"failure_threshold": 10_000},
+    }
+    busy, quiet = workers(2, _config(redis_server.url, key_prefix, **sections))
+    key = _key(upstream)
+    for _ in range(5):
+        assert quiet.get(upstream.url("/")).status_code == 200
+    for _ in range(40):
+        with contextlib.suppress(CircuitOpenError):  # the busy worker is throttled too
+            busy.get(upstream.url("/down"))
+    # (45 tries - 2 x 5 accepts) / 46 at most; what the quiet worker read from the fleet.
+    _wait_until(lambda: quiet.health()[key].throttle_probability > 0.5, timeout=2.0)
+    assert quiet.health()[key].throttle_probability <= 35 / 46
+    # Ten more calls leave its own window at 15 tries, under min_tries: alone it could refuse
+    # none. Each accepted one lowers the fleet's chance a little; ten in a row all let through
+    # at about 0.7 falling to 0.4 would happen about once in 10,000 runs.
+    refused = 0
+    for _ in range(10):
+        try:
+            quiet.get(upstream.url("/"))
+        except CircuitOpenError:
+            refused += 1
+    assert refused >= 1
+    assert upstream.hits("/") == 5 + 10 - refused
+
+
+def test_the_registry_and_its_redis_backend_under_many_threads(redis_server, key_prefix):
+    """16 threads x 300 lookups over 80 hosts, with failures recorded, against a registry of
+    at most 50 hosts while its sync thread runs: the backend keeps exactly the registry's hosts
+    in step, and every one of them reaches Redis."""
+    config = load({**_config(redis_server.url, key_prefix), "registry": {"max_hosts": 50}})
+    registry = HostRegistry(config)
+    try:
+
+        def body(index: int) -> None:
+            for number in range(300):
+                state = registry.for_url(f"http://h{(index * 7 + number) % 80}.test/x")
+                permit, _ = state.breaker.allow()
+                if permit is not None:
+                    state.breaker.record(permit, TryResult.FAILURE)
+
+        run_together(16, body)
+        backend = registry.backend
+        assert isinstance(backend, RedisBackend)
+        kept = set(registry.health())
+        assert len(kept) == 50
+        _wait_until(lambda: set(backend.synced()) == kept)
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            _wait_until(lambda: all(client.exists(f"{key_prefix}{key}:breaker") for key in kept))
+        finally:
+            client.close()
+    finally:
+        registry.close()
