@@ -223,3 +223,16 @@ def test_with_headers_leaves_the_callers_request_as_it_was():
     assert (sent.method, sent.url, sent.body) == ("PUT", "http://svc.test/items", b"body")
     assert sent.headers["Cookie"] == "session=abc"
     assert sent._cookies.get("session") == "abc"  # type: ignore[attr-defined]  # private in the stubs
+
+
+def test_with_headers_takes_a_plain_dict_of_headers():
+    """A prepared request whose headers were replaced by a plain dict, which requests sends as
+    it is, is copied too: the caller's dict unchanged, a name of another case replaced."""
+    request = requests.Request("GET", "http://svc.test/items").prepare()
+    mine = {"Accept": "text/plain", "x-request-attempt": "mine"}
+    request.headers = mine  # type: ignore[assignment]  # requests sends any mapping
+    sent = with_headers(request, [("X-Request-Attempt", "1; max=4")])
+    assert dict(sent.headers) == {"Accept": "text/plain", "X-Request-Attempt": "1; max=4"}
+    assert sent.headers["x-request-attempt"] == "1; max=4"
+    assert mine == {"Accept": "text/plain", "x-request-attempt": "mine"}
+    assert request.headers is mine

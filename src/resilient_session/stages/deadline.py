@@ -100,9 +100,16 @@ def with_headers(
     sent = _new_object(requests.PreparedRequest)
     sent.__dict__.update(request.__dict__)
     headers = _new_object(CaseInsensitiveDict)
-    original = request.headers
-    # requests' private store, unchanged since requests 2.0.
-    store = original._store.copy() if original is not None else OrderedDict()  # type: ignore[attr-defined]
+    original: Any = request.headers
+    if original is None:
+        store: OrderedDict[str, tuple[str, str]] = OrderedDict()
+    elif isinstance(original, CaseInsensitiveDict):
+        # requests' private store, unchanged since requests 2.0.
+        store = original._store.copy()  # type: ignore[attr-defined]
+    else:
+        # Any other mapping (a plain dict put on a prepared request), which requests sends as
+        # it is: read into the map requests would have made of it.
+        store = CaseInsensitiveDict(original)._store  # type: ignore[attr-defined]
     for name, value in values:
         store[name.lower()] = (name, value)
     headers._store = store  # type: ignore[attr-defined]
