@@ -185,3 +185,28 @@ def test_a_chain_of_resilient_sessions_retries_at_one_layer(stack, c, b_session)
         without = c.hits("/c") - with_middleware
     assert (wrapped, plain) == (503, 503)
     assert (with_middleware, without) == (6, 12)
+
+
+def waitress_one_thread(session: ResilientSession, c_url: str, wrapped: bool) -> Any:
+    # One thread serves every request, so anything one request left behind meets the next.
+    return waitress_server(flask_b(session, c_url, wrapped), threads=1)
+
+
+@pytest.mark.parametrize("stack", [waitress_one_thread, uvicorn_starlette])
+def test_nothing_carries_over_to_the_next_request(stack, c, b_session):
+    """Requests one after another on one connection, a caller's single try and deadline, then
+    no header: each plain request gets B's whole policy (4 tries) and sends C no deadline."""
+    c.script("/c", Reply(503))
+    with stack(b_session, c.url("/c"), True) as b, requests.Session() as a:
+        statuses = []
+        for _ in range(3):
+            adopted = {"X-Request-Attempt": "1; max=3", "X-Request-Timeout-Ms": "5000"}
+            statuses.append(a.get(b + "/call", headers=adopted, timeout=10).status_code)
+            statuses.append(a.get(b + "/call", timeout=10).status_code)
+    assert (statuses, c.hits("/c")) == ([503] * 6, 3 * (1 + 4))
+    one_pair = ["1; max=4"] + [f"{n}; max=4" for n in (1, 2, 3, 4)]
+    assert c_headers(c, "x-request-attempt") == one_pair * 3
+    # Only the adopted requests' tries carry a deadline; 4990 ms less the time in B.
+    sent = [int(value) for value in c_headers(c, "x-request-timeout-ms")]
+    assert len(sent) == 3
+    assert all(4000 <= value <= 4990 for value in sent)
