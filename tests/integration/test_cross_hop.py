@@ -13,6 +13,7 @@ import flask
 import pytest
 import requests
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -210,3 +211,45 @@ def test_nothing_carries_over_to_the_next_request(stack, c, b_session):
     sent = [int(value) for value in c_headers(c, "x-request-timeout-ms")]
     assert len(sent) == 3
     assert all(4000 <= value <= 4990 for value in sent)
+
+
+def flask_b_after_answer(session: ResilientSession, c_url: str) -> Any:
+    app = flask.Flask("b")
+
+    @app.get("/call")
+    def call() -> flask.Response:
+        response = flask.make_response("queued", 202)
+        response.call_on_close(lambda: call_c(session, c_url, None))
+        return response
+
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app, B_CONFIG)  # type: ignore[method-assign]
+    return waitress_server(app)
+
+
+def starlette_b_after_answer(session: ResilientSession, c_url: str) -> Any:
+    def call(request: Request) -> PlainTextResponse:
+        task = BackgroundTask(call_c, session, c_url, None)
+        return PlainTextResponse("queued", status_code=202, background=task)
+
+    app = Starlette(routes=[Route("/call", call)])
+    app.add_middleware(ASGIMiddleware, config=B_CONFIG)
+    return uvicorn_server(app)
+
+
+@pytest.mark.parametrize("stack", [flask_b_after_answer, starlette_b_after_answer])
+def test_work_after_the_answer_keeps_the_local_policy(stack, c, b_session):
+    """A call made after the answer has gone (Flask's call_on_close, Starlette's background
+    task) is not repeated by the caller, who got a 202: B's own policy applies, 4 tries, and
+    the caller's deadline does not reach it."""
+    c.script("/c", Reply(503))
+    headers = {"X-Request-Attempt": "1; max=3", "X-Request-Timeout-Ms": "5000"}
+    with stack(b_session, c.url("/c")) as b:
+        response = requests.get(b + "/call", headers=headers, timeout=10)
+        # The work runs after the answer: wait for it, at most 10 s.
+        for _ in range(200):
+            if c.hits("/c") >= 4:
+                break
+            time.sleep(0.05)
+    assert (response.status_code, c.hits("/c")) == (202, 4)
+    assert c_headers(c, "x-request-attempt") == [f"{n}; max=4" for n in (1, 2, 3, 4)]
+    assert c_headers(c, "x-request-timeout-ms") == []

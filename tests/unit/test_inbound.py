@@ -213,23 +213,41 @@ def test_wsgi_finished_bodies_are_handed_back_as_they_are(clock):
     assert serve_body(middleware, {**env, "PATH_INFO": "/file"}) is wrapped
 
 
-def test_wsgi_close_reaches_the_app_body(clock):
-    """The server's close() reaches the application's iterable (PEP 3333)."""
-    closed: list[bool] = []
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="server")
+
+
+def test_wsgi_close_reaches_the_app_body_after_the_answer(clock):
+    """The server's close() reaches the application's iterable (PEP 3333), in the request's
+    context, but the answer has gone by then: what runs there (Flask's call_on_close, Django's
+    request_finished) is no longer done for the caller, whose deadline and intent are off."""
+    seen = Seen()
+    marks: list[str] = []
 
     class Body:
         def __iter__(self):
+            seen.record()
             return iter([b"x"])
 
         def close(self):
-            closed.append(caller_retries())
+            seen.record()
+            marks.append(MARK.get())
 
     def app(environ, start_response):
+        MARK.set("request")
         start_response("200 OK", [])
         return Body()
 
-    serve_wsgi(WSGIMiddleware(app, clock=clock), environ(x_request_attempt="1; max=2"))
-    assert closed == [True]
+    serve_wsgi(
+        WSGIMiddleware(app, clock=clock),
+        environ(x_request_attempt="1; max=2", x_request_timeout_ms="500"),
+    )
+    assert seen.single_try == [True, False]
+    assert [scope.at if scope is not None else None for scope in seen.scopes] == [
+        pytest.approx(clock.now + 0.49),
+        None,
+    ]
+    assert marks == ["request"]
+    assert (current_scope(), caller_retries(), MARK.get()) == (None, False, "server")
 
 
 def test_inbound_deadline_only_shortens_an_enclosing_one(clock):
@@ -482,6 +500,70 @@ def test_asgi_app_error_still_resets(clock):
 
 async def _send_nothing(message: Any) -> None:
     return None
+
+
+def test_asgi_work_after_the_answer_is_not_the_callers(clock):
+    """Starlette's background tasks run after the last body message, inside the app call:
+    the caller has its answer and will not retry, so they run under neither its deadline nor
+    its intent; a streamed body's parts before the last still do."""
+    seen = Seen()
+
+    async def app(scope, receive, send):
+        seen.record()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        seen.record()
+        await send({"type": "http.response.body", "body": b"b"})
+        seen.record()  # a background task
+
+    sent = run_asgi(
+        ASGIMiddleware(app, clock=clock),
+        asgi_scope((b"x-request-timeout-ms", b"800"), (b"x-request-attempt", b"1; max=3")),
+    )
+    assert [message.get("body") for message in sent] == [None, b"a", b"b"]
+    assert seen.single_try == [True, True, False]
+    assert [scope.at if scope is not None else None for scope in seen.scopes] == [
+        pytest.approx(clock.now + 0.79),
+        pytest.approx(clock.now + 0.79),
+        None,
+    ]
+
+
+def test_asgi_pathsend_is_a_whole_answer(clock):
+    """The pathsend extension's message ends the answer as a last body message does."""
+    seen = Seen()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        seen.record()
+        await send({"type": "http.response.pathsend", "path": "/srv/file"})
+        seen.record()
+
+    run_asgi(ASGIMiddleware(app, clock=clock), asgi_scope((b"x-request-attempt", b"1; max=3")))
+    assert seen.single_try == [True, False]
+
+
+def test_asgi_after_the_answer_an_enclosing_scope_is_back(clock):
+    """Released, the scope in force is the one before the request's, not none at all."""
+    seen = Seen()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        seen.record()
+
+    async def run() -> None:
+        with deadline(5.0, clock=clock):
+            await ASGIMiddleware(app, clock=clock)(
+                asgi_scope((b"x-request-timeout-ms", b"800"), (b"x-request-attempt", b"1; max=3")),
+                _receive,
+                _send_nothing,
+            )
+            seen.record()
+
+    asyncio.run(run())
+    assert [scope.at for scope in seen.scopes] == [pytest.approx(clock.now + 5.0)] * 2
+    assert seen.single_try == [False, False]
 
 
 # --- the rules in the chain ---------------------------------------------------------------

@@ -30,6 +30,18 @@ class Adopted(NamedTuple):
         return Tokens(scope_token, intent_token)
 
     @staticmethod
+    def release(tokens: Tokens) -> None:
+        """Put back what was in force before ``enter``, once the caller has its answer: work
+        done after it (background tasks, close hooks) is not the caller's, which will neither
+        wait for it nor retry it. ``leave`` still undoes ``enter`` afterwards."""
+        if tokens.intent is not None:
+            intent.enter(False)
+        scope = tokens.scope
+        if scope is not None:
+            before = scope.old_value
+            scope.var.set(None if before is contextvars.Token.MISSING else before)
+
+    @staticmethod
     def leave(tokens: Tokens) -> None:
         """Undo ``enter``, in the same context."""
         if tokens.intent is not None:

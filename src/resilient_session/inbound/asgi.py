@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config, load
@@ -24,8 +24,10 @@ class ASGIMiddleware:
 
     Framework-free: Starlette and FastAPI take it with ``app.add_middleware(ASGIMiddleware)``.
     Both live in contextvars set in the request's task, so tasks it starts and sync endpoints
-    the framework runs in its thread pool (which copies the context) keep them. A malformed
-    header is ignored, never an error. Other scopes (lifespan, websocket) pass through.
+    the framework runs in its thread pool (which copies the context) keep them, until the last
+    part of the answer is sent: background tasks run after it are not the caller's. A
+    malformed header is ignored, never an error. Other scopes (lifespan, websocket) pass
+    through.
 
     Args:
         app: the ASGI application.
@@ -61,10 +63,25 @@ class ASGIMiddleware:
             await self.app(scope, receive, send)
             return
         tokens = adopted.enter()
+
+        async def send_then_release(message: Message) -> None:
+            await send(message)
+            kind = message.get("type")
+            if kind == _PATHSEND or (kind in _BODY and not message.get("more_body")):
+                # The answer is complete; what the app does next (Starlette's background
+                # tasks) is not for this caller.
+                adopted.release(tokens)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_then_release)
         finally:
             adopted.leave(tokens)
+
+
+# The messages that carry a response's body; the last has no more_body. The pathsend
+# extension's message is a whole body in itself.
+_BODY: Final = frozenset({"http.response.body", "http.response.zerocopy"})
+_PATHSEND: Final = "http.response.pathsend"
 
 
 def _header_name(header: str | None) -> bytes | None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config, load
 
-from .adopt import Adopted, Adopter
+from .adopt import Adopted, Adopter, Tokens
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -23,7 +23,8 @@ class WSGIMiddleware:
     Framework-free: Flask (``app.wsgi_app = WSGIMiddleware(app.wsgi_app)``), Django (wrap
     ``get_wsgi_application()``) and any WSGI server take it as they take any middleware. A
     malformed header is ignored, never an error. A lazy response body (a generator) is
-    iterated in the same context, so a streamed body's outgoing calls keep them too.
+    iterated in the same context, so a streamed body's outgoing calls keep them too; the
+    server's ``close()`` comes after the answer has gone, and runs without them.
 
     Args:
         app: the WSGI application.
@@ -56,7 +57,8 @@ class WSGIMiddleware:
         # A context of the request's own: the body may be iterated after this returns, by
         # the server, and it must still see what the handler saw.
         context = contextvars.copy_context()
-        body = context.run(_serve, adopted, self.app, environ, start_response)
+        tokens = context.run(adopted.enter)
+        body = context.run(self.app, environ, start_response)
         wrapper = environ.get("wsgi.file_wrapper")
         if isinstance(body, list | tuple) or (
             isinstance(wrapper, type) and isinstance(body, wrapper)
@@ -64,24 +66,21 @@ class WSGIMiddleware:
             # Nothing left to run: handed back as is, so the server keeps its shortcuts (a
             # one-item list's Content-Length, a file wrapper's sendfile).
             return body
-        return _BodyInContext(body, context)
-
-
-def _serve(
-    adopted: Adopted, app: WSGIApplication, environ: WSGIEnvironment, start_response: StartResponse
-) -> Iterable[bytes]:
-    # Set in the request's own context, which is dropped afterwards: nothing to reset.
-    adopted.enter()
-    return app(environ, start_response)
+        return _BodyInContext(body, context, adopted, tokens)
 
 
 class _BodyInContext:
-    """The application's response body, iterated and closed in the request's context."""
+    """The application's response body, iterated and closed in the request's context; closed
+    once the answer has gone, so without the caller's deadline and intent."""
 
-    def __init__(self, body: Iterable[bytes], context: contextvars.Context) -> None:
+    def __init__(
+        self, body: Iterable[bytes], context: contextvars.Context, adopted: Adopted, tokens: Tokens
+    ) -> None:
         self._body = body
         self._iterator: Iterator[bytes] | None = None
         self._context = context
+        self._adopted = adopted
+        self._tokens = tokens
 
     def __iter__(self) -> Iterator[bytes]:
         return self
@@ -93,6 +92,9 @@ class _BodyInContext:
 
     def close(self) -> None:
         # PEP 3333: the server calls close() once, and it must reach the application's body.
+        # Set in the request's own context, which is dropped afterwards: released, not reset.
+        # What close runs (Flask's call_on_close, Django's request_finished) is not the caller's.
+        self._context.run(self._adopted.release, self._tokens)
         close = getattr(self._body, "close", None)
         if close is not None:
             self._context.run(close)
