@@ -544,7 +544,8 @@ def test_asgi_pathsend_is_a_whole_answer(clock):
 
 
 def test_asgi_after_the_answer_an_enclosing_scope_is_back(clock):
-    """Released, the scope in force is the one before the request's, not none at all."""
+    """Released, the scope and intent in force are the ones before the request's (here an
+    enclosing 5 s and a single try), not none at all."""
     seen = Seen()
 
     async def app(scope, receive, send):
@@ -553,6 +554,7 @@ def test_asgi_after_the_answer_an_enclosing_scope_is_back(clock):
         seen.record()
 
     async def run() -> None:
+        token = enter_intent(True)
         with deadline(5.0, clock=clock):
             await ASGIMiddleware(app, clock=clock)(
                 asgi_scope((b"x-request-timeout-ms", b"800"), (b"x-request-attempt", b"1; max=3")),
@@ -560,10 +562,11 @@ def test_asgi_after_the_answer_an_enclosing_scope_is_back(clock):
                 _send_nothing,
             )
             seen.record()
+        leave_intent(token)
 
     asyncio.run(run())
     assert [scope.at for scope in seen.scopes] == [pytest.approx(clock.now + 5.0)] * 2
-    assert seen.single_try == [False, False]
+    assert seen.single_try == [True, True]
 
 
 # --- the rules in the chain ---------------------------------------------------------------

@@ -34,8 +34,10 @@ class Adopted(NamedTuple):
         """Put back what was in force before ``enter``, once the caller has its answer: work
         done after it (background tasks, close hooks) is not the caller's, which will neither
         wait for it nor retry it. ``leave`` still undoes ``enter`` afterwards."""
-        if tokens.intent is not None:
-            intent.enter(False)
+        single_try = tokens.intent
+        if single_try is not None:
+            was = single_try.old_value
+            single_try.var.set(False if was is contextvars.Token.MISSING else was)
         scope = tokens.scope
         if scope is not None:
             before = scope.old_value
