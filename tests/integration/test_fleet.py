@@ -473,3 +473,58 @@ def test_the_registry_and_its_redis_backend_under_many_threads(redis_server, key
             client.close()
     finally:
         registry.close()
+
+
+def test_a_redis_that_refuses_every_write_is_an_outage(own_redis, key_prefix, upstream, logs):
+    """A Redis that answers but refuses every script (out of memory under noeviction; a
+    primary demoted to a read-only replica answers alike) shares nothing: the worker logs one
+    state.degraded naming the error, health says degraded, and one state.restored when the
+    writes are accepted again. Calls go on throughout."""
+    key = _key(upstream)
+    admin = redis.Redis.from_url(own_redis.url)
+    try:
+        with ResilientSession(_config(own_redis.url, key_prefix, timeout_ms=100)) as session:
+            assert session.get(upstream.url("/")).status_code == 200
+            _wait_until(lambda: admin.exists(f"{key_prefix}{key}:breaker") == 1)
+            admin.config_set("maxmemory", 1)
+            _wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
+            assert session.get(upstream.url("/")).status_code == 200
+            admin.config_set("maxmemory", 0)
+            _wait_until(lambda: not session.health()[key].state_degraded, timeout=3.0)
+    finally:
+        admin.close()
+    changes = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("state.")]
+    assert changes == [("state.degraded", "OutOfMemoryError"), ("state.restored", None)]
+    assert upstream.hits("/") == 2
+
+
+def test_a_host_whose_key_redis_refuses_runs_on_its_own_state(redis_server, key_prefix):
+    """A host whose breaker key something else overwrote (WRONGTYPE on every sync) forgets the
+    fleet's run of failures it last read, 9 of 10, and counts its own from then on: one failure
+    after a success leaves it closed, where the stale run would open it. Another host's syncs
+    go on, so the process is not degraded."""
+    config = load(_config(redis_server.url, key_prefix))
+    registry = HostRegistry(config)
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        broken = registry.for_url("http://broken.test/")
+        registry.for_url("http://healthy.test/")
+        breaker_key = f"{key_prefix}http://broken.test:80:breaker"
+        for _ in range(THRESHOLD - 1):
+            permit, _ = broken.breaker.allow()
+            assert permit is not None
+            broken.breaker.record(permit, TryResult.FAILURE)
+        _wait_until(lambda: client.hget(breaker_key, "f") == b"9")
+        SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)  # the reply with the run of 9 taken in
+        client.delete(breaker_key)
+        client.set(breaker_key, "not a hash")
+        SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)  # syncs that end in WRONGTYPE
+        for result in (TryResult.SUCCESS, TryResult.FAILURE):
+            permit, _ = broken.breaker.allow()
+            assert permit is not None
+            broken.breaker.record(permit, result)
+        assert broken.breaker.state.value == "closed"
+        assert registry.backend.degraded is False
+    finally:
+        client.close()
+        registry.close()

@@ -173,10 +173,19 @@ class RedisBackend:
         except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
             self._degrade(error, hosts, batches)
             return
+        refusals = [reply for reply in replies if isinstance(reply, Exception)]
+        if len(refusals) == len(replies):
+            # A Redis that answers but refuses every script (out of memory, a read-only
+            # replica, a script it cannot run) shares nothing: an outage like a dead one.
+            self._degrade(refusals[0], hosts, batches)
+            return
         for host, batch, reply in zip(hosts, batches, replies, strict=True):
-            # A reply that is an error (a key of the wrong type) or malformed leaves that
-            # host on its local state until a good one comes.
-            if not isinstance(reply, Exception):
+            if isinstance(reply, Exception):
+                # A key of the wrong type: that host runs on its own state until a good
+                # reply comes, not on a fleet's run of failures it can no longer read.
+                isolate(host)
+            else:
+                # A malformed reply leaves the host as it was.
                 take_in(host, batch, reply)
         self._restore()
 
