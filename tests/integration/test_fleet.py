@@ -528,3 +528,21 @@ def test_a_host_whose_key_redis_refuses_runs_on_its_own_state(redis_server, key_
     finally:
         client.close()
         registry.close()
+
+
+def test_close_never_raises_a_redis_error(redis_server, key_prefix, upstream, monkeypatch):
+    """close() drops the client's connections on the caller's thread; a redis-py error there
+    (ChildDeadlockedError: a pool whose fork lock a parent's thread held) ends at the backend,
+    and the sync thread is stopped all the same."""
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    assert session.get(upstream.url("/")).status_code == 200
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+
+    def deadlocked(*args: object, **kwargs: object) -> None:
+        raise redis.exceptions.ChildDeadlockedError
+
+    monkeypatch.setattr(backend._client.connection_pool, "disconnect", deadlocked)
+    session.close()
+    assert backend.closed
+    assert not backend._thread.is_alive()

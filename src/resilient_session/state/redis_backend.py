@@ -11,6 +11,7 @@ per outage. docs/fleet.md says what is kept where and what is promised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -151,7 +152,10 @@ class RedisBackend:
         self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
-        self._client.close()
+        # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must
+        # not reach the caller either.
+        with contextlib.suppress(Exception):
+            self._client.close()
 
     def after_fork(self) -> None:
         """In a forked child: the parent's thread did not come along; start this worker's,
