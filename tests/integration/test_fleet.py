@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pickle
+import random
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,10 +23,16 @@ from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
+from resilient_session.policy import BreakerPolicy, HostPolicy
 from resilient_session.redis_server import RedisServer
-from resilient_session.state.breaker import TryResult
+from resilient_session.state.breaker import BreakerState, TryResult
+from resilient_session.state.exchange import SyncedHost, take_batch, take_in
+from resilient_session.state.fleet_breaker import FleetBreaker, StateCode
+from resilient_session.state.fleet_budget import FleetBucket
+from resilient_session.state.lua import SYNC
 from resilient_session.state.redis_backend import RedisBackend
 from resilient_session.state.registry import HostRegistry
+from resilient_session.testing import FakeClock
 from resilient_session.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
@@ -546,3 +553,44 @@ def test_close_never_raises_a_redis_error(redis_server, key_prefix, upstream, mo
     session.close()
     assert backend.closed
     assert not backend._thread.is_alive()
+
+
+def test_a_flushed_redis_rebuilt_by_a_probing_worker_keeps_the_fleet_open(redis_server, key_prefix):
+    """After a flush, the first worker to report is probing (half open, its opening already
+    told to the fleet): the script rebuilds the breaker open with nothing left, not closed, so
+    a worker still open follows a fleet that probes, and is not closed without any probe."""
+    clock = FakeClock()
+    policy = HostPolicy(breaker=BreakerPolicy(failure_threshold=2, recovery_timeout=1.0))
+    key = "http://probed.test:80"
+    client = redis.Redis.from_url(redis_server.url)
+
+    def sync(breaker: FleetBreaker, worker: str) -> None:
+        host = SyncedHost.of(
+            key, key_prefix, policy, breaker, FleetBucket(policy.budget, clock), None
+        )
+        batch = take_batch(host, worker, 1_000, random.Random(0))
+        take_in(host, batch, client.eval(SYNC, len(host.keys), *host.keys, *batch.args))
+
+    def breaker() -> FleetBreaker:
+        return FleetBreaker(key, policy.breaker, clock, random.Random(0), lambda: None)
+
+    try:
+        probing, still_open = breaker(), breaker()
+        for _ in range(2):
+            permit, _ = probing.allow()
+            assert permit is not None
+            probing.record(permit, TryResult.FAILURE)
+        sync(probing, "probing")  # its opening reaches the fleet
+        still_open.adopt(StateCode.OPEN, 5.0, generation=7)
+        clock.advance(1.0)
+        permit, _ = probing.allow()
+        assert permit is not None
+        assert permit.probe
+        client.delete(*(f"{key_prefix}{key}:{part}" for part in ("breaker", "budget", "workers")))
+        sync(probing, "probing")
+        assert client.hget(f"{key_prefix}{key}:breaker", "s") == b"1"
+        sync(still_open, "still-open")
+        assert still_open.state is BreakerState.OPEN
+        assert probing.state is BreakerState.HALF_OPEN
+    finally:
+        client.close()
