@@ -4,12 +4,14 @@ breaker, budget and throttle per host, and a Redis that dies, hangs or forgets c
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
 import pickle
 import random
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -338,6 +340,29 @@ def test_close_stops_the_sync_thread(redis_server, key_prefix):
     for session in sessions:
         session.close()
     assert running() == before
+
+
+def test_a_session_dropped_without_close_stops_its_sync_thread(redis_server, key_prefix, upstream):
+    """A redis-backed session that served calls and is dropped without close() ends its sync
+    thread once collected: the thread holds its backend only weakly, between syncs (a sync
+    running during one collection leaves it to the next). Its sockets are left to the
+    collector, with requests' ResourceWarning, as for any session dropped unclosed."""
+
+    def running() -> int:
+        return sum(thread.name == SYNC_THREAD for thread in threading.enumerate())
+
+    def collected() -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        return running() == before
+
+    before = running()
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    assert session.get(upstream.url("/")).status_code == 200
+    assert running() == before + 1
+    del session
+    _wait_until(collected, timeout=5.0)
 
 
 def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
