@@ -428,3 +428,40 @@ def test_a_fleet_bucket_always_holds_between_zero_and_max_tokens(steps):
         else:
             bucket.adopt(tokens, workers)
         assert 0.0 <= bucket.snapshot().tokens <= 7.0
+
+
+class _Interleaved:
+    """A lock that runs *before* once, on its next acquisition, as another thread could get
+    in just ahead of it."""
+
+    def __init__(self, lock, before) -> None:
+        self._lock = lock
+        self._before = before
+
+    def __enter__(self):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
+def test_an_opening_not_yet_noted_in_the_batch_is_not_undone_by_an_older_state(clock):
+    """The sync thread takes in a reply (closed, a new generation) in the instant between
+    this breaker opening and noting the opening for its batch: the reply predates the
+    opening, so the breaker stays open and the opening goes out against the new generation."""
+    breaker, _ = _breaker(clock, threshold=2)
+    _fail(breaker)
+    breaker.exchange()
+    adopted = []
+    breaker._batch_lock = _Interleaved(  # type: ignore[assignment]  # a lock in all but type
+        breaker._batch_lock,
+        lambda: adopted.append(breaker.adopt(StateCode.CLOSED, 0.0, generation=9)),
+    )
+    _fail(breaker)
+    assert adopted == [None]
+    assert breaker.state is BreakerState.OPEN
+    report = breaker.exchange()
+    assert (report.change, report.generation) == (Change.OPENED, 9)
