@@ -619,3 +619,16 @@ def test_a_flushed_redis_rebuilt_by_a_probing_worker_keeps_the_fleet_open(redis_
         assert probing.state is BreakerState.HALF_OPEN
     finally:
         client.close()
+
+
+def test_a_password_a_url_parser_splits_never_reaches_an_event(upstream, logs):
+    """A password whose unescaped "/" a URL parser takes for the end of the authority, with
+    digits before it read as a port (here nothing listens on it): the state.degraded event
+    shows the URL from its last "@" on, no part of the password."""
+    url = "redis://:1/s3cret@127.0.0.1:1/0"
+    with ResilientSession(_config(url, "t:")) as session:
+        assert session.get(upstream.url("/")).status_code == 200
+        _wait_until(lambda: session.health()[_key(upstream)].state_degraded)
+    degraded = [e for e in logs if e["event"] == "state.degraded"]
+    assert [e["url"] for e in degraded] == ["redis://127.0.0.1:1/0"]
+    assert "s3cret" not in repr(logs)

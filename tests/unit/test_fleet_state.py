@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from resilient_session import ConfigError, ResilientSession
 from resilient_session.config import load
 from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
+from resilient_session.report import state_text
 from resilient_session.state.backend import MemoryBackend, open_backend
 from resilient_session.state.breaker import BreakerState, CircuitBreaker, TryResult
 from resilient_session.state.budget import TokenBucket
@@ -465,3 +466,23 @@ def test_an_opening_not_yet_noted_in_the_batch_is_not_undone_by_an_older_state(c
     assert breaker.state is BreakerState.OPEN
     report = breaker.exchange()
     assert (report.change, report.generation) == (Change.OPENED, 9)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:Zm9vYmFy/cXV4@h:6379/0",  # a base64 password, its "/" left unescaped
+        "redis://:Zm9vYmFy?cXV4@h:6379/0",
+        "redis://user:Zm9vYmFy#cXV4@h:6379/0",
+    ],
+)
+def test_a_password_with_an_unescaped_delimiter_is_never_shown(url, clock):
+    """A password holding "/", "?" or "#" ends the URL's authority early for a URL parser,
+    which then reads part of the password as the port: neither the ConfigError nor the line
+    ``resilient-session check`` prints shows any of it."""
+    with pytest.raises(ConfigError) as raised:
+        ResilientSession({"state": {"backend": "redis", "url": url}}, clock=clock)
+    shown = str(raised.value) + state_text(load({"state": {"backend": "redis", "url": url}}).state)
+    assert str(raised.value).startswith("state.url: ")
+    assert "Zm9vYmFy" not in shown
+    assert "cXV4" not in shown

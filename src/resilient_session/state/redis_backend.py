@@ -28,7 +28,7 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.errors import ConfigError
 from resilient_session.events import emit_state_change
 from resilient_session.policy import HostPolicy, StatePolicy
-from resilient_session.redact import redact_text
+from resilient_session.redact import redact_store_message, redact_store_url
 
 from . import sync_thread
 from .backend import Guards, HostsNow
@@ -70,7 +70,7 @@ class RedisBackend:
         self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
         self._interval = policy.sync_interval_ms / 1000
         self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
-        self._url_shown = redact_text(policy.url)
+        self._url_shown = redact_store_url(policy.url)
         timeout = policy.timeout_ms / 1000
         try:
             # One attempt within timeout_ms: redis-py's default retries with backoff alone
@@ -84,7 +84,7 @@ class RedisBackend:
                 health_check_interval=0,
             )
         except ValueError as exc:
-            raise ConfigError(f"state.url: {redact_text(str(exc))}") from None
+            raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
         self._script = self._client.register_script(SYNC)
         self._source: HostsNow = list
         self._begin()
