@@ -26,7 +26,6 @@ from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
 from resilient_session.policy import BreakerPolicy, HostPolicy
-from resilient_session.redis_server import RedisServer
 from resilient_session.state.breaker import BreakerState, TryResult
 from resilient_session.state.exchange import SyncedHost, take_batch, take_in
 from resilient_session.state.fleet_breaker import FleetBreaker, StateCode
@@ -294,11 +293,12 @@ def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, up
     assert upstream.hits("/down") == hits
 
 
-def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(upstream, logs):
+def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(own_redis, upstream, logs):
     """With nothing listening at the URL, calls go on as on the memory backend; one
     state.degraded is logged, its url without the password, and health says degraded."""
-    with RedisServer() as server:
-        url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+    server = own_redis
+    server.stop()  # its port, free now
+    url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
     with ResilientSession(_config(url, "t:")) as session:
         for _ in range(5):
             assert session.get(upstream.url("/")).status_code == 200
