@@ -632,3 +632,44 @@ def test_a_password_a_url_parser_splits_never_reaches_an_event(upstream, logs):
     degraded = [e for e in logs if e["event"] == "state.degraded"]
     assert [e["url"] for e in degraded] == ["redis://127.0.0.1:1/0"]
     assert "s3cret" not in repr(logs)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12 warns on fork with threads
+def test_a_fork_during_a_sync_leaves_the_child_no_lock_held(redis_server, key_prefix):
+    """A fork while the sync thread holds a lock of the registry (or of a guard, or redis-py's
+    pool) would leave that lock held forever in the child, and its first call to a new host
+    would hang. A fork waits for a sync in flight to end: the child's lookup returns."""
+    registry = HostRegistry(load(_config(redis_server.url, key_prefix)))
+    backend = registry.backend
+    assert isinstance(backend, RedisBackend)
+    inside = threading.Event()
+    hosts_now = registry.guards
+
+    def slow_hosts_now() -> Any:
+        with registry._lock:  # as guards() holds it, only longer, so the fork lands inside
+            inside.set()
+            SYSTEM_CLOCK.sleep(0.3)
+        return hosts_now()
+
+    try:
+        backend._source = slow_hosts_now
+        backend.wake()
+        assert inside.wait(5.0)
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status only
+            code = 1
+            try:
+                registry.for_url("http://child.test/")
+                code = 0
+            finally:
+                os._exit(code)
+        until = SYSTEM_CLOCK.monotonic() + 5.0
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if SYSTEM_CLOCK.monotonic() > until:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child's first lookup hung on a lock held at the fork")
+            SYSTEM_CLOCK.sleep(0.01)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        registry.close()

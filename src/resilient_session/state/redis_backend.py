@@ -43,6 +43,9 @@ _ALIVE_INTERVALS: Final = 3
 _MIN_ALIVE_MS: Final = 1_000
 # Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
 _OUTAGE_SYNCS: Final = 2
+# A fork waits at most this long for a sync in flight: one lasts a few timeout_ms, and
+# one waiting on Redis past this holds only its socket.
+_FORK_WAIT: Final = 5.0
 
 _live: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
 
@@ -87,6 +90,9 @@ class RedisBackend:
             raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
         self._script = self._client.register_script(SYNC)
         self._source: HostsNow = list
+        # Held for each sync, and by a fork for its duration: a sync takes the registry's,
+        # the guards' and redis-py's locks, and one held at a fork stays held in the child.
+        self._syncing = threading.Lock()
         self._begin()
         _live.add(self)
 
@@ -168,6 +174,10 @@ class RedisBackend:
 
     def sync(self) -> None:
         """One round trip: every host's batch out, the fleet's state in. Never raises."""
+        with self._syncing:
+            self._sync()
+
+    def _sync(self) -> None:
         hosts = self._current()
         if not hosts:
             return
@@ -276,11 +286,34 @@ def _name(error: Exception) -> str:
     return type(error).__name__
 
 
+# The backends whose sync a fork in progress holds off.
+_held: list[RedisBackend] = []
+
+
+def _before_fork() -> None:
+    # Each sync thread takes its own backend's lock only, and no caller forks from inside a
+    # guard or the registry: waiting here for a sync in flight cannot deadlock.
+    # Bounded all the same: a fork from inside a sync (a log handler's) must not hang.
+    for backend in list(_live):
+        if backend._syncing.acquire(timeout=_FORK_WAIT):
+            _held.append(backend)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop()._syncing.release()
+
+
 def _after_fork_in_child() -> None:
+    _after_fork_in_parent()
     for backend in list(_live):
         if not backend.closed:
             backend.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
