@@ -76,6 +76,29 @@ def redact_url(url: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     return _redact_reference(url, names, absolute=True)
 
 
+def redact_store_url(url: str) -> str:
+    """A state store's *url* (``redis://``, ``unix://``) without anything before its last
+    ``@``, then as :func:`redact_text` leaves it.
+
+    A password a URL parser would split (an unescaped ``/``, ``?`` or ``#``, common in base64
+    secrets) still ends at the last ``@``, and a store's URL has no ``@`` elsewhere.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        rest = rest.rpartition("@")[2]
+    return redact_text(scheme + sep + rest)
+
+
+def redact_store_message(message: str, url: str) -> str:
+    """*message*, written by a client library about the store's *url*, without any piece of
+    that URL's userinfo: a parser that split the password may quote part of it (as a port)."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    for piece in sorted(re.split(r"[:/?#]", userinfo), key=len, reverse=True):
+        if piece:
+            message = message.replace(piece, "REDACTED")
+    return redact_text(message)
+
+
 def redact_text(text: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     """*text* with every URL in it redacted as :func:`redact_url` does, and every
     ``name=value`` pair of a sensitive name anywhere in it hidden.

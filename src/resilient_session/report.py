@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .redact import redact_text
+from .redact import redact_store_url
 from .terminal import printable
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def state_text(policy: StatePolicy) -> str:
     if policy.backend == "memory":
         return "state: memory (each process keeps its own breakers, budgets and throttles)"
     # The URL may carry a password: never printed.
-    url = printable(redact_text(policy.url))
+    url = printable(redact_store_url(policy.url))
     return (
         f"state: redis at {url}, key prefix {printable(repr(policy.key_prefix))}, "
         f"timeout {policy.timeout_ms} ms, sync every {policy.sync_interval_ms} ms "

@@ -4,11 +4,14 @@ breaker, budget and throttle per host, and a Redis that dies, hangs or forgets c
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
 import pickle
+import random
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +25,15 @@ from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
-from resilient_session.redis_server import RedisServer
-from resilient_session.state.breaker import TryResult
+from resilient_session.policy import BreakerPolicy, HostPolicy
+from resilient_session.state.breaker import BreakerState, TryResult
+from resilient_session.state.exchange import SyncedHost, take_batch, take_in
+from resilient_session.state.fleet_breaker import FleetBreaker, StateCode
+from resilient_session.state.fleet_budget import FleetBucket
+from resilient_session.state.lua import SYNC
 from resilient_session.state.redis_backend import RedisBackend
 from resilient_session.state.registry import HostRegistry
+from resilient_session.testing import FakeClock
 from resilient_session.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
@@ -285,11 +293,12 @@ def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, up
     assert upstream.hits("/down") == hits
 
 
-def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(upstream, logs):
+def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(own_redis, upstream, logs):
     """With nothing listening at the URL, calls go on as on the memory backend; one
     state.degraded is logged, its url without the password, and health says degraded."""
-    with RedisServer() as server:
-        url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+    server = own_redis
+    server.stop()  # its port, free now
+    url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
     with ResilientSession(_config(url, "t:")) as session:
         for _ in range(5):
             assert session.get(upstream.url("/")).status_code == 200
@@ -331,6 +340,29 @@ def test_close_stops_the_sync_thread(redis_server, key_prefix):
     for session in sessions:
         session.close()
     assert running() == before
+
+
+def test_a_session_dropped_without_close_stops_its_sync_thread(redis_server, key_prefix, upstream):
+    """A redis-backed session that served calls and is dropped without close() ends its sync
+    thread once collected: the thread holds its backend only weakly, between syncs (a sync
+    running during one collection leaves it to the next). Its sockets are left to the
+    collector, with requests' ResourceWarning, as for any session dropped unclosed."""
+
+    def running() -> int:
+        return sum(thread.name == SYNC_THREAD for thread in threading.enumerate())
+
+    def collected() -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        return running() == before
+
+    before = running()
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    assert session.get(upstream.url("/")).status_code == 200
+    assert running() == before + 1
+    del session
+    _wait_until(collected, timeout=5.0)
 
 
 def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
@@ -471,5 +503,173 @@ def test_the_registry_and_its_redis_backend_under_many_threads(redis_server, key
             _wait_until(lambda: all(client.exists(f"{key_prefix}{key}:breaker") for key in kept))
         finally:
             client.close()
+    finally:
+        registry.close()
+
+
+def test_a_redis_that_refuses_every_write_is_an_outage(own_redis, key_prefix, upstream, logs):
+    """A Redis that answers but refuses every script (out of memory under noeviction; a
+    primary demoted to a read-only replica answers alike) shares nothing: the worker logs one
+    state.degraded naming the error, health says degraded, and one state.restored when the
+    writes are accepted again. Calls go on throughout."""
+    key = _key(upstream)
+    admin = redis.Redis.from_url(own_redis.url)
+    try:
+        with ResilientSession(_config(own_redis.url, key_prefix, timeout_ms=100)) as session:
+            assert session.get(upstream.url("/")).status_code == 200
+            _wait_until(lambda: admin.exists(f"{key_prefix}{key}:breaker") == 1)
+            admin.config_set("maxmemory", 1)
+            _wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
+            assert session.get(upstream.url("/")).status_code == 200
+            admin.config_set("maxmemory", 0)
+            _wait_until(lambda: not session.health()[key].state_degraded, timeout=3.0)
+    finally:
+        admin.close()
+    changes = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("state.")]
+    assert changes == [("state.degraded", "OutOfMemoryError"), ("state.restored", None)]
+    assert upstream.hits("/") == 2
+
+
+def test_a_host_whose_key_redis_refuses_runs_on_its_own_state(redis_server, key_prefix):
+    """A host whose breaker key something else overwrote (WRONGTYPE on every sync) forgets the
+    fleet's run of failures it last read, 9 of 10, and counts its own from then on: one failure
+    after a success leaves it closed, where the stale run would open it. Another host's syncs
+    go on, so the process is not degraded."""
+    config = load(_config(redis_server.url, key_prefix))
+    registry = HostRegistry(config)
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        broken = registry.for_url("http://broken.test/")
+        registry.for_url("http://healthy.test/")
+        breaker_key = f"{key_prefix}http://broken.test:80:breaker"
+        for _ in range(THRESHOLD - 1):
+            permit, _ = broken.breaker.allow()
+            assert permit is not None
+            broken.breaker.record(permit, TryResult.FAILURE)
+        _wait_until(lambda: client.hget(breaker_key, "f") == b"9")
+        SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)  # the reply with the run of 9 taken in
+        client.delete(breaker_key)
+        client.set(breaker_key, "not a hash")
+        SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)  # syncs that end in WRONGTYPE
+        for result in (TryResult.SUCCESS, TryResult.FAILURE):
+            permit, _ = broken.breaker.allow()
+            assert permit is not None
+            broken.breaker.record(permit, result)
+        assert broken.breaker.state.value == "closed"
+        assert registry.backend.degraded is False
+    finally:
+        client.close()
+        registry.close()
+
+
+def test_close_never_raises_a_redis_error(redis_server, key_prefix, upstream, monkeypatch):
+    """close() drops the client's connections on the caller's thread; a redis-py error there
+    (ChildDeadlockedError: a pool whose fork lock a parent's thread held) ends at the backend,
+    and the sync thread is stopped all the same."""
+    session = ResilientSession(_config(redis_server.url, key_prefix))
+    assert session.get(upstream.url("/")).status_code == 200
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+
+    def deadlocked(*args: object, **kwargs: object) -> None:
+        raise redis.exceptions.ChildDeadlockedError
+
+    monkeypatch.setattr(backend._client.connection_pool, "disconnect", deadlocked)
+    session.close()
+    assert backend.closed
+    assert not backend._thread.is_alive()
+
+
+def test_a_flushed_redis_rebuilt_by_a_probing_worker_keeps_the_fleet_open(redis_server, key_prefix):
+    """After a flush, the first worker to report is probing (half open, its opening already
+    told to the fleet): the script rebuilds the breaker open with nothing left, not closed, so
+    a worker still open follows a fleet that probes, and is not closed without any probe."""
+    clock = FakeClock()
+    policy = HostPolicy(breaker=BreakerPolicy(failure_threshold=2, recovery_timeout=1.0))
+    key = "http://probed.test:80"
+    client = redis.Redis.from_url(redis_server.url)
+
+    def sync(breaker: FleetBreaker, worker: str) -> None:
+        host = SyncedHost.of(
+            key, key_prefix, policy, breaker, FleetBucket(policy.budget, clock), None
+        )
+        batch = take_batch(host, worker, 1_000, random.Random(0))
+        take_in(host, batch, client.eval(SYNC, len(host.keys), *host.keys, *batch.args))
+
+    def breaker() -> FleetBreaker:
+        return FleetBreaker(key, policy.breaker, clock, random.Random(0), lambda: None)
+
+    try:
+        probing, still_open = breaker(), breaker()
+        for _ in range(2):
+            permit, _ = probing.allow()
+            assert permit is not None
+            probing.record(permit, TryResult.FAILURE)
+        sync(probing, "probing")  # its opening reaches the fleet
+        still_open.adopt(StateCode.OPEN, 5.0, generation=7)
+        clock.advance(1.0)
+        permit, _ = probing.allow()
+        assert permit is not None
+        assert permit.probe
+        client.delete(*(f"{key_prefix}{key}:{part}" for part in ("breaker", "budget", "workers")))
+        sync(probing, "probing")
+        assert client.hget(f"{key_prefix}{key}:breaker", "s") == b"1"
+        sync(still_open, "still-open")
+        assert still_open.state is BreakerState.OPEN
+        assert probing.state is BreakerState.HALF_OPEN
+    finally:
+        client.close()
+
+
+def test_a_password_a_url_parser_splits_never_reaches_an_event(upstream, logs):
+    """A password whose unescaped "/" a URL parser takes for the end of the authority, with
+    digits before it read as a port (here nothing listens on it): the state.degraded event
+    shows the URL from its last "@" on, no part of the password."""
+    url = "redis://:1/s3cret@127.0.0.1:1/0"
+    with ResilientSession(_config(url, "t:")) as session:
+        assert session.get(upstream.url("/")).status_code == 200
+        _wait_until(lambda: session.health()[_key(upstream)].state_degraded)
+    degraded = [e for e in logs if e["event"] == "state.degraded"]
+    assert [e["url"] for e in degraded] == ["redis://127.0.0.1:1/0"]
+    assert "s3cret" not in repr(logs)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12 warns on fork with threads
+def test_a_fork_during_a_sync_leaves_the_child_no_lock_held(redis_server, key_prefix):
+    """A fork while the sync thread holds a lock of the registry (or of a guard, or redis-py's
+    pool) would leave that lock held forever in the child, and its first call to a new host
+    would hang. A fork waits for a sync in flight to end: the child's lookup returns."""
+    registry = HostRegistry(load(_config(redis_server.url, key_prefix)))
+    backend = registry.backend
+    assert isinstance(backend, RedisBackend)
+    inside = threading.Event()
+    hosts_now = registry.guards
+
+    def slow_hosts_now() -> Any:
+        with registry._lock:  # as guards() holds it, only longer, so the fork lands inside
+            inside.set()
+            SYSTEM_CLOCK.sleep(0.3)
+        return hosts_now()
+
+    try:
+        backend._source = slow_hosts_now
+        backend.wake()
+        assert inside.wait(5.0)
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status only
+            code = 1
+            try:
+                registry.for_url("http://child.test/")
+                code = 0
+            finally:
+                os._exit(code)
+        until = SYSTEM_CLOCK.monotonic() + 5.0
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if SYSTEM_CLOCK.monotonic() > until:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child's first lookup hung on a lock held at the fork")
+            SYSTEM_CLOCK.sleep(0.01)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
     finally:
         registry.close()

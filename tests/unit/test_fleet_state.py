@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from resilient_session import ConfigError, ResilientSession
 from resilient_session.config import load
 from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
+from resilient_session.report import state_text
 from resilient_session.state.backend import MemoryBackend, open_backend
 from resilient_session.state.breaker import BreakerState, CircuitBreaker, TryResult
 from resilient_session.state.budget import TokenBucket
@@ -428,3 +429,60 @@ def test_a_fleet_bucket_always_holds_between_zero_and_max_tokens(steps):
         else:
             bucket.adopt(tokens, workers)
         assert 0.0 <= bucket.snapshot().tokens <= 7.0
+
+
+class _Interleaved:
+    """A lock that runs *before* once, on its next acquisition, as another thread could get
+    in just ahead of it."""
+
+    def __init__(self, lock, before) -> None:
+        self._lock = lock
+        self._before = before
+
+    def __enter__(self):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
+def test_an_opening_not_yet_noted_in_the_batch_is_not_undone_by_an_older_state(clock):
+    """The sync thread takes in a reply (closed, a new generation) in the instant between
+    this breaker opening and noting the opening for its batch: the reply predates the
+    opening, so the breaker stays open and the opening goes out against the new generation."""
+    breaker, _ = _breaker(clock, threshold=2)
+    _fail(breaker)
+    breaker.exchange()
+    adopted = []
+    breaker._batch_lock = _Interleaved(  # type: ignore[assignment]  # a lock in all but type
+        breaker._batch_lock,
+        lambda: adopted.append(breaker.adopt(StateCode.CLOSED, 0.0, generation=9)),
+    )
+    _fail(breaker)
+    assert adopted == [None]
+    assert breaker.state is BreakerState.OPEN
+    report = breaker.exchange()
+    assert (report.change, report.generation) == (Change.OPENED, 9)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:Zm9vYmFy/cXV4@h:6379/0",  # a base64 password, its "/" left unescaped
+        "redis://:Zm9vYmFy?cXV4@h:6379/0",
+        "redis://user:Zm9vYmFy#cXV4@h:6379/0",
+    ],
+)
+def test_a_password_with_an_unescaped_delimiter_is_never_shown(url, clock):
+    """A password holding "/", "?" or "#" ends the URL's authority early for a URL parser,
+    which then reads part of the password as the port: neither the ConfigError nor the line
+    ``resilient-session check`` prints shows any of it."""
+    with pytest.raises(ConfigError) as raised:
+        ResilientSession({"state": {"backend": "redis", "url": url}}, clock=clock)
+    shown = str(raised.value) + state_text(load({"state": {"backend": "redis", "url": url}}).state)
+    assert str(raised.value).startswith("state.url: ")
+    assert "Zm9vYmFy" not in shown
+    assert "cXV4" not in shown

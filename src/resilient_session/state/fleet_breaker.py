@@ -93,6 +93,9 @@ class FleetBreaker(CircuitBreaker):
         self._generation = 0
         # The fleet's run of failures as of the last sync, these workers' included.
         self._fleet_failures = 0
+        # The epoch at the last exchange: a state change since is not in the batch, and is
+        # read under the breaker's lock, where a change and its epoch are made together.
+        self._exchanged_epoch = 0
 
     def _after_closed_try(self, result: TryResult) -> Transition | None:
         transition = super()._after_closed_try(result)
@@ -134,6 +137,7 @@ class FleetBreaker(CircuitBreaker):
         """What changed here since the last exchange; the batch starts afresh."""
         with self._lock:
             state = self._state
+            self._exchanged_epoch = self._epoch
             open_for = 0.0
             if state is _OPEN:
                 open_for = max(0.0, self._open_until - self._clock.monotonic())
@@ -157,15 +161,17 @@ class FleetBreaker(CircuitBreaker):
         """Follow the fleet's breaker: *state*, open for *open_for* more seconds, as of
         *generation*, with a run of *failures*. Returns this breaker's transition, if it made
         one, to be logged."""
-        # Read without the batch's lock: no two locks are ever held at once.
-        pending = self._change
         with self._lock:
             self._fleet_failures = failures
             if generation == self._generation:
                 # Nothing new in the fleet; what this breaker did since is in its next batch.
                 return None
             self._generation = generation
-            if pending is Change.OPENED:
+            # Not the batch's change field: a caller notes its change there only after the
+            # breaker's lock is released, and the reply may come in between.
+            moved = self._epoch != self._exchanged_epoch
+            closed_here = moved and self._state is _CLOSED
+            if moved and self._state is _OPEN:
                 # This breaker opened after its batch went out, so the fleet's state does not
                 # know it yet: the opening goes out with the next batch, against this
                 # generation, rather than being undone by a state that predates it.
@@ -173,7 +179,7 @@ class FleetBreaker(CircuitBreaker):
                     self._open_until = self._clock.monotonic() + open_for
                 return None
             transition = self._follow(state, open_for)
-        if pending is Change.CLOSED and state is StateCode.OPEN:
+        if closed_here and state is StateCode.OPEN:
             # A newer opening outweighs this breaker's probe: its closing is not sent.
             with self._batch_lock:
                 if self._change is Change.CLOSED:

@@ -36,7 +36,8 @@ local workers = redis.call('ZCARD', KEYS[4])
 
 -- The breaker. A missing hash (first use, expiry, FLUSHALL, a restarted server) starts from
 -- the reporting worker's own state, at a generation no worker can hold yet (the server's
--- time in ms), so every worker adopts it.
+-- time in ms), so every worker adopts it. A probing worker's is an opening that ran out: a
+-- fleet rebuilt closed from it would close every open worker without any probe.
 local known = tonumber(ARGV[6])
 local fields = redis.call('HMGET', KEYS[1], 's', 'u', 'g', 'f', 'o')
 local state = tonumber(fields[1])
@@ -47,7 +48,7 @@ local openings = tonumber(fields[5]) or 0
 if state == nil then
   generation = math.max(now, known + 1)
   failures = 0
-  if tonumber(ARGV[4]) == 1 then
+  if tonumber(ARGV[4]) ~= 0 then
     state = 1
     open_until = now + tonumber(ARGV[5])
     openings = 1

@@ -11,6 +11,7 @@ per outage. docs/fleet.md says what is kept where and what is promised.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -27,7 +28,7 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.errors import ConfigError
 from resilient_session.events import emit_state_change
 from resilient_session.policy import HostPolicy, StatePolicy
-from resilient_session.redact import redact_text
+from resilient_session.redact import redact_store_message, redact_store_url
 
 from . import sync_thread
 from .backend import Guards, HostsNow
@@ -42,6 +43,9 @@ _ALIVE_INTERVALS: Final = 3
 _MIN_ALIVE_MS: Final = 1_000
 # Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
 _OUTAGE_SYNCS: Final = 2
+# A fork waits at most this long for a sync in flight: one lasts a few timeout_ms, and
+# one waiting on Redis past this holds only its socket.
+_FORK_WAIT: Final = 5.0
 
 _live: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
 
@@ -69,7 +73,7 @@ class RedisBackend:
         self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
         self._interval = policy.sync_interval_ms / 1000
         self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
-        self._url_shown = redact_text(policy.url)
+        self._url_shown = redact_store_url(policy.url)
         timeout = policy.timeout_ms / 1000
         try:
             # One attempt within timeout_ms: redis-py's default retries with backoff alone
@@ -83,9 +87,12 @@ class RedisBackend:
                 health_check_interval=0,
             )
         except ValueError as exc:
-            raise ConfigError(f"state.url: {redact_text(str(exc))}") from None
+            raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
         self._script = self._client.register_script(SYNC)
         self._source: HostsNow = list
+        # Held for each sync, and by a fork for its duration: a sync takes the registry's,
+        # the guards' and redis-py's locks, and one held at a fork stays held in the child.
+        self._syncing = threading.Lock()
         self._begin()
         _live.add(self)
 
@@ -151,7 +158,10 @@ class RedisBackend:
         self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
-        self._client.close()
+        # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must
+        # not reach the caller either.
+        with contextlib.suppress(Exception):
+            self._client.close()
 
     def after_fork(self) -> None:
         """In a forked child: the parent's thread did not come along; start this worker's,
@@ -164,6 +174,10 @@ class RedisBackend:
 
     def sync(self) -> None:
         """One round trip: every host's batch out, the fleet's state in. Never raises."""
+        with self._syncing:
+            self._sync()
+
+    def _sync(self) -> None:
         hosts = self._current()
         if not hosts:
             return
@@ -173,10 +187,19 @@ class RedisBackend:
         except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
             self._degrade(error, hosts, batches)
             return
+        refusals = [reply for reply in replies if isinstance(reply, Exception)]
+        if len(refusals) == len(replies):
+            # A Redis that answers but refuses every script (out of memory, a read-only
+            # replica, a script it cannot run) shares nothing: an outage like a dead one.
+            self._degrade(refusals[0], hosts, batches)
+            return
         for host, batch, reply in zip(hosts, batches, replies, strict=True):
-            # A reply that is an error (a key of the wrong type) or malformed leaves that
-            # host on its local state until a good one comes.
-            if not isinstance(reply, Exception):
+            if isinstance(reply, Exception):
+                # A key of the wrong type: that host runs on its own state until a good
+                # reply comes, not on a fleet's run of failures it can no longer read.
+                isolate(host)
+            else:
+                # A malformed reply leaves the host as it was.
                 take_in(host, batch, reply)
         self._restore()
 
@@ -263,11 +286,34 @@ def _name(error: Exception) -> str:
     return type(error).__name__
 
 
+# The backends whose sync a fork in progress holds off.
+_held: list[RedisBackend] = []
+
+
+def _before_fork() -> None:
+    # Each sync thread takes its own backend's lock only, and no caller forks from inside a
+    # guard or the registry: waiting here for a sync in flight cannot deadlock.
+    # Bounded all the same: a fork from inside a sync (a log handler's) must not hang.
+    for backend in list(_live):
+        if backend._syncing.acquire(timeout=_FORK_WAIT):
+            _held.append(backend)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop()._syncing.release()
+
+
 def _after_fork_in_child() -> None:
+    _after_fork_in_parent()
     for backend in list(_live):
         if not backend.closed:
             backend.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
