@@ -160,11 +160,13 @@ def test_an_opening_reaches_an_idle_worker_within_one_sync_interval(
 
 
 def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, workers):
-    """Four workers whose bucket holds 8 tokens and earns none retry at most 8 times in all
-    against a host that always answers 503; four memory buckets retry 32 times.
+    """Four workers whose bucket holds 8 tokens and earns none share it against a host that
+    always answers 503; four memory buckets retry 32 times.
 
     Each worker holds a quarter of the fleet's tokens and a retry takes a whole one, so up
-    to a token per worker can sit unspent until the next sync: at least 4 retries."""
+    to a token per worker can sit unspent until the next sync: at least 4 retries. A share is
+    not a lease (docs/fleet.md): retries between syncs may spend up to a second bucket, so
+    the bound that holds whatever the timing is 16, still half of four memory buckets."""
     upstream.script("/flaky", Reply(503))
     sections: dict[str, Any] = {
         "retry": {"max_attempts": 4},
@@ -184,7 +186,7 @@ def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, w
                 assert session.get(upstream.url("/flaky")).status_code == 503
     fleet_retries = sum(session.health()[key].retries for session in fleet)
     local_retries = sum(session.health()[key].retries for session in local)
-    assert 4 <= fleet_retries <= 8
+    assert 4 <= fleet_retries <= 16
     assert local_retries == 32
 
 
