@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import random
-
-from resilient_session.clock import Clock
-from resilient_session.policy import ThrottlePolicy
-
-from .throttle import AdaptiveThrottle, ThrottleSnapshot
+from .throttle import AdaptiveThrottle
 
 
 class FleetThrottle(AdaptiveThrottle):
     """An adaptive throttle whose window also holds the other workers' tries and accepts.
 
     The refusal chance is computed over this worker's window plus the rest of the fleet's, as
-    of the last exchange; without the fleet it is the memory throttle's.
+    of the last exchange (the base class's ``_others_*``, which only this class sets); without
+    the fleet it is the memory throttle's.
     """
 
-    __slots__ = ("_others_accepts", "_others_tries", "_sent_accepts", "_sent_tries")
-
-    def __init__(self, policy: ThrottlePolicy, clock: Clock, rng: random.Random) -> None:
-        super().__init__(policy, clock, rng)
-        self._others_tries = 0
-        self._others_accepts = 0
-        self._sent_tries = 0
-        self._sent_accepts = 0
+    __slots__ = ()
 
     @property
     def width(self) -> float:
@@ -35,51 +24,6 @@ class FleetThrottle(AdaptiveThrottle):
     def buckets(self) -> int:
         """Buckets in the window."""
         return self._buckets
-
-    def ask(self) -> float | None:
-        with self._lock:
-            now = self._clock.monotonic() // self._width
-            if now > self._newest:
-                self._slide(int(now))
-            tries = self._total_tries + self._others_tries
-            if tries < self._min_tries:
-                return None
-            excess = tries - self._k * (self._total_accepts + self._others_accepts)
-            if excess <= self._slack:
-                return None
-            probability = excess / (tries + 1)
-            if self._rng.random() >= probability:
-                return None
-            self._throttled += 1
-            return probability
-
-    def record(self, accepted: bool) -> None:
-        with self._lock:
-            now = self._clock.monotonic() // self._width
-            if now > self._newest:
-                self._slide(int(now))
-            index = self._newest % self._buckets
-            self._tries[index] += 1
-            self._total_tries += 1
-            self._sent_tries += 1
-            if accepted:
-                self._accepts[index] += 1
-                self._total_accepts += 1
-                self._sent_accepts += 1
-
-    def reset(self) -> None:
-        super().reset()
-        with self._lock:
-            self._others_tries = self._others_accepts = 0
-
-    def snapshot(self) -> ThrottleSnapshot:
-        with self._lock:
-            self._slide(int(self._clock.monotonic() // self._width))
-            tries = self._total_tries + self._others_tries
-            accepts = self._total_accepts + self._others_accepts
-            return ThrottleSnapshot(
-                self._probability(tries, accepts), tries, accepts, self._throttled
-            )
 
     def exchange(self) -> tuple[int, int, int, int]:
         """``(tries, accepts)`` counted since the last exchange, then this worker's window

@@ -61,7 +61,11 @@ class AdaptiveThrottle:
         "_lock",
         "_min_tries",
         "_newest",
+        "_others_accepts",
+        "_others_tries",
         "_rng",
+        "_sent_accepts",
+        "_sent_tries",
         "_slack",
         "_throttled",
         "_total_accepts",
@@ -88,6 +92,12 @@ class AdaptiveThrottle:
         self._total_tries = 0
         self._total_accepts = 0
         self._throttled = 0
+        # The rest of a fleet's window, as of its last exchange, and what this throttle has
+        # counted since: zero and unread without a shared state backend (state/fleet_throttle).
+        self._others_tries = 0
+        self._others_accepts = 0
+        self._sent_tries = 0
+        self._sent_accepts = 0
 
     def ask(self) -> float | None:
         """Ask to send one try: None lets it go; a refused try is counted in ``throttled``,
@@ -97,10 +107,10 @@ class AdaptiveThrottle:
             now = self._clock.monotonic() // self._width
             if now > self._newest:
                 self._slide(int(now))
-            tries = self._total_tries
+            tries = self._total_tries + self._others_tries
             if tries < self._min_tries:
                 return None
-            excess = tries - self._k * self._total_accepts
+            excess = tries - self._k * (self._total_accepts + self._others_accepts)
             if excess <= self._slack:
                 return None
             probability = excess / (tries + 1)
@@ -121,9 +131,11 @@ class AdaptiveThrottle:
             index = self._newest % self._buckets
             self._tries[index] += 1
             self._total_tries += 1
+            self._sent_tries += 1
             if accepted:
                 self._accepts[index] += 1
                 self._total_accepts += 1
+                self._sent_accepts += 1
 
     def reset(self) -> None:
         """Empty the window: the host was just proven healthy. The refusal count stays."""
@@ -131,11 +143,13 @@ class AdaptiveThrottle:
             self._tries = [0] * self._buckets
             self._accepts = [0] * self._buckets
             self._total_tries = self._total_accepts = 0
+            self._others_tries = self._others_accepts = 0
 
     def snapshot(self) -> ThrottleSnapshot:
         with self._lock:
             self._slide(int(self._clock.monotonic() // self._width))
-            tries, accepts = self._total_tries, self._total_accepts
+            tries = self._total_tries + self._others_tries
+            accepts = self._total_accepts + self._others_accepts
             return ThrottleSnapshot(
                 self._probability(tries, accepts), tries, accepts, self._throttled
             )
