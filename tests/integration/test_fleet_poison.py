@@ -4,9 +4,12 @@ Each is corrected on read, logged once, and costs the host nothing it would not 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import redis
 
@@ -66,8 +69,20 @@ def _synced(session: ResilientSession, key: str) -> None:
     assert session.health()[key].state_degraded is False
 
 
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "docs" / "events.schema.json").read_text()
+)
+
+
 def _corrections(logs: list[Any]) -> list[tuple[str, str]]:
-    return [(e["host"], e["fields"]) for e in logs if e["event"] == "state.corrected"]
+    """The state.corrected events, each checked against docs/events.schema.json."""
+    found = [e for e in logs if e["event"] == "state.corrected"]
+    for captured in found:
+        event = {key: value for key, value in captured.items() if key != "log_level"}
+        jsonschema.validate(
+            {**event, "level": "warning", "timestamp": "2026-01-05T10:00:07Z"}, SCHEMA
+        )
+    return [(e["host"], e["fields"]) for e in found]
 
 
 def test_an_opening_centuries_long_lasts_at_most_recovery_timeout_max(
