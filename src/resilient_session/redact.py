@@ -45,6 +45,23 @@ SENSITIVE_PARAMS = frozenset(
         "authorization",
         "client_assertion",
         "credential",
+        "x-api-key",
+        "access_key",
+        "secret_key",
+        # OAuth 1.0a may send its protocol parameters in the query (RFC 5849 §3.5.3).
+        "oauth_token",
+        "oauth_signature",
+        # camelCase spellings, matched case-blind as all names are.
+        "accesstoken",
+        "authtoken",
+        "sessiontoken",
+        # PHP's and ASP.NET's session cookies, when a framework puts them in the URL.
+        "phpsessid",
+        "asp.net_sessionid",
+        "otp",
+        # A CAS service ticket (?ticket=ST-...) logs its holder in until it is first used.
+        "ticket",
+        "csrf_token",
     }
 )
 
