@@ -429,8 +429,8 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
     move as the library changes: a setup that no longer fits is reported, not fatal."""
     from requests.adapters import HTTPAdapter
 
+    import resilient_session._observe.redact as redact_module
     import resilient_session.adapter as adapter_module
-    import resilient_session.redact as redact_module
     import resilient_session.state.registry as hosts_module
 
     session = ResilientSession()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._observe.redact import redact_text, redact_url
+from ._observe.render import json_processors, log_json_lines
 from .adapter import ResilientAdapter
 from .attempt import Reason, Verdict
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -16,8 +18,6 @@ from .errors import (
     DeadlineExceeded,
     ThrottledError,
 )
-from .redact import redact_text, redact_url
-from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
 from .state.breaker import BreakerState
 from .state.registry import HostHealth, HostRegistry

@@ -12,13 +12,13 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
+from ._observe.redact import sensitive_names
 from .attempt import UNDECIDED, Attempt, Call, Outcome
 from .body import read_body
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
 from .pipeline import Next, drive
-from .redact import sensitive_names
 from .stages import standard_chain
 from .state.registry import HostRegistry
 from .watched import watch_pools

@@ -19,15 +19,15 @@ import yaml
 from urllib3.exceptions import MaxRetryError
 
 from . import __version__
+from ._observe.printable import printable
+from ._observe.redact import SENSITIVE_PARAMS, redact_text, sensitive_names
+from ._observe.render import log_json_lines
 from .clock import SYSTEM_CLOCK
 from .config import load
 from .errors import ConfigError
-from .redact import SENSITIVE_PARAMS, redact_text, sensitive_names
-from .render import log_json_lines
 from .report import demo_text, state_text, stats_text
 from .session import ResilientSession
 from .stats import StatsAggregator
-from .terminal import printable
 
 if TYPE_CHECKING:
     pass

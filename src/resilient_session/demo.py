@@ -19,9 +19,9 @@ from typing import Any, Final, TextIO
 import requests
 import structlog
 
+from ._observe.render import json_processors
 from .clock import SYSTEM_CLOCK
 from .inbound import WSGIMiddleware
-from .render import json_processors
 from .service import LoopbackService
 from .session import ResilientSession
 from .upstream import Flaky, FlakyUpstream, Hang, Reply

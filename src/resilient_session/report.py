@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .redact import redact_store_url
-from .terminal import printable
+from ._observe.printable import printable
+from ._observe.redact import redact_store_url
 
 if TYPE_CHECKING:
     from .demo import SceneResult

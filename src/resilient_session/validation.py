@@ -15,9 +15,9 @@ from typing import Any, Final, TypeAlias, TypeVar, cast
 
 import msgspec
 
+from ._observe.printable import printable
+from ._observe.redact import redact_text
 from .errors import ConfigError
-from .redact import redact_text
-from .terminal import printable
 
 Path: TypeAlias = tuple[str | int, ...]
 T = TypeVar("T", bound=msgspec.Struct)

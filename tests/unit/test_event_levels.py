@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
-from resilient_session import events
-from resilient_session.events import LOGGER_NAME
+from resilient_session._observe import events
+from resilient_session._observe.events import LOGGER_NAME
 
 
 @pytest.fixture

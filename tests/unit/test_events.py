@@ -14,7 +14,8 @@ import responses
 import structlog
 from dirty_equals import IsFloat
 
-from resilient_session import ResilientSession, log_json_lines, render
+from resilient_session import ResilientSession, log_json_lines
+from resilient_session._observe import render
 from resilient_session.testing import FakeClock
 from tests.event_fields import HTTP_TRY_FIELDS
 

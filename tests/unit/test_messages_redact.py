@@ -6,8 +6,8 @@ import io
 
 import requests
 
+from resilient_session._observe.redact import SENSITIVE_PARAMS, sensitive_names
 from resilient_session.body import _exceeded
-from resilient_session.redact import SENSITIVE_PARAMS, sensitive_names
 
 URL = "https://user:hunter2@api.test/p;jsessionid=js1/x?page=2&token=tk1#access_token=fr1"
 

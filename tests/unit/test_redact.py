@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resilient_session.redact import (
+from resilient_session._observe.redact import (
     SENSITIVE_PARAMS,
     _name_pattern,
     redact_text,

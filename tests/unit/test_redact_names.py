@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from resilient_session.redact import SENSITIVE_PARAMS, redact_text, redact_url
+from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text, redact_url
 
 # API keys and cloud keys, OAuth 1.0a (RFC 5849 §3.5.3 allows its parameters in the query),
 # camelCase tokens, the session cookies of PHP and ASP.NET when put in a URL, one-time

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_session.terminal import printable
+from resilient_session._observe.printable import printable
 
 
 def test_plain_text_is_unchanged():

@@ -12,13 +12,13 @@ import requests
 from requests.structures import CaseInsensitiveDict
 from urllib3.util import Timeout as Urllib3Timeout
 
+from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.inbound.headers import format_attempt
 from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
-from resilient_session.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 
 

@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Final
 
-from resilient_session.events import emit_transition
+from resilient_session._observe.events import emit_transition
 from resilient_session.policy import HostPolicy
 
 from .breaker import BreakerState

@@ -24,11 +24,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from resilient_session._observe.events import emit_state_change
+from resilient_session._observe.redact import redact_store_message, redact_store_url
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.errors import ConfigError
-from resilient_session.events import emit_state_change
 from resilient_session.policy import HostPolicy, StatePolicy
-from resilient_session.redact import redact_store_message, redact_store_url
 
 from . import sync_thread
 from .backend import Guards, HostsNow

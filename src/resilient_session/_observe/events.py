@@ -5,13 +5,9 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import structlog
-
-from .attempt import Attempt, Outcome
-from .redact import redact_url
-from .state.breaker import Transition
 
 LOGGER_NAME = "resilient_session"
 
@@ -92,30 +88,29 @@ def _resolve(config: dict[str, Any]) -> _Resolved:
     return _Resolved(kept, logger, info, warning, is_enabled_for)
 
 
-def try_fields(
-    attempt: Attempt, outcome: Outcome, now: float, names: frozenset[str]
-) -> dict[str, Any]:
-    """The fields of the ``http.try`` event for *outcome*."""
-    call = attempt.call
-    decision = outcome.decision
-    error = outcome.error
-    return {
-        "method": call.method,
-        "url": redact_url(call.request.url or "", names),
-        "host": call.state.key,
-        "attempt": attempt.number,
-        "status": outcome.status,
-        "error": type(error).__name__ if error is not None else None,
-        "wait": round(decision.wait, 6),
-        "total": round(now - call.started_at, 6),
-        # _value_ is the member's own attribute; .value goes through a descriptor each time.
-        "decision": decision.verdict._value_,
-        "reason": decision.reason._value_,
-        "breaker": outcome.breaker._value_ if outcome.breaker is not None else None,
-    }
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
 
 
-def emit_transition(transition: Transition) -> None:
+class StateChange(Protocol):
+    """A breaker state change as the event needs it (the breaker's ``Transition``): the events
+    name no guard, so the per-host state can report through them without a cycle."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def from_state(self) -> _Named: ...
+
+    @property
+    def to_state(self) -> _Named: ...
+
+
+def emit_transition(transition: StateChange) -> None:
     """Log a breaker state change; called after the breaker's lock is released."""
     logger = logger_for(logging.WARNING)
     if logger is not None:
