@@ -430,8 +430,8 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
     from requests.adapters import HTTPAdapter
 
     import resilient_session._observe.redact as redact_module
+    import resilient_session._state.registry as hosts_module
     import resilient_session.adapter as adapter_module
-    import resilient_session.state.registry as hosts_module
 
     session = ResilientSession()
     request = requests.Request("GET", URL).prepare()
@@ -444,7 +444,7 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
         return lambda: start(request, registry=session.registry, clock=clock)
 
     def breaker_round_trip() -> Callable[[], object]:
-        from resilient_session.state.breaker import TryResult
+        from resilient_session._state.breaker import TryResult
 
         breaker = state.breaker
         return lambda: breaker.record(breaker.allow()[0], TryResult.SUCCESS)  # type: ignore[arg-type]

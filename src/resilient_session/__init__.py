@@ -6,6 +6,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
+from ._state.breaker import BreakerState
+from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
 from .attempt import Reason, Verdict
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -19,8 +21,6 @@ from .errors import (
     ThrottledError,
 )
 from .session import UNSET, ResilientSession
-from .state.breaker import BreakerState
-from .state.registry import HostHealth, HostRegistry
 
 try:
     __version__ = version("resilient-session")

@@ -13,6 +13,7 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.redact import sensitive_names
+from ._state.registry import HostRegistry
 from .attempt import UNDECIDED, Attempt, Call, Outcome
 from .body import read_body
 from .clock import SYSTEM_CLOCK, Clock
@@ -20,7 +21,6 @@ from .config import Config, load
 from .deadline import current_scope
 from .pipeline import Next, drive
 from .stages import standard_chain
-from .state.registry import HostRegistry
 from .watched import watch_pools
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.

@@ -16,8 +16,8 @@ from requests.cookies import RequestsCookieJar
 from .errors import is_connect_failure
 
 if TYPE_CHECKING:
-    from .state.breaker import BreakerState
-    from .state.registry import HostState
+    from ._state.breaker import BreakerState
+    from ._state.registry import HostState
 
 
 class Verdict(str, Enum):

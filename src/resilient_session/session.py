@@ -11,13 +11,13 @@ import requests
 from requests import Response
 from requests.adapters import BaseAdapter
 
+from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
 from .deadline import narrowed
-from .state.registry import HostHealth, HostRegistry
 from .verbs import TypedVerbs
 
 if TYPE_CHECKING:

@@ -13,13 +13,13 @@ import redis
 import requests
 
 from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.fleet.breaker import FleetBreaker
+from resilient_session._state.fleet.budget import FleetBucket
+from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
+from resilient_session._state.fleet.lua import SYNC
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.policy import BreakerPolicy, HostPolicy
-from resilient_session.state.breaker import BreakerState, TryResult
-from resilient_session.state.exchange import SyncedHost, take_batch, take_in
-from resilient_session.state.fleet_breaker import FleetBreaker
-from resilient_session.state.fleet_budget import FleetBucket
-from resilient_session.state.lua import SYNC
 from resilient_session.testing import FakeClock
 from resilient_session.upstream import FlakyUpstream, Reply
 from tests.threads import run_together

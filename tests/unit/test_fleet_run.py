@@ -6,18 +6,18 @@ import random
 
 import pytest
 
-from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
-from resilient_session.state.breaker import BreakerState, TryResult
-from resilient_session.state.exchange import SyncedHost, take_batch, take_in
-from resilient_session.state.fleet_breaker import FleetBreaker, StateCode
-from resilient_session.state.fleet_budget import FleetBucket
-from resilient_session.state.fleet_throttle import FleetThrottle
-from resilient_session.state.lua import (
+from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
+from resilient_session._state.fleet.budget import FleetBucket
+from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
+from resilient_session._state.fleet.lua import (
     CORRECTED_BREAKER,
     CORRECTED_BUDGET,
     CORRECTED_THROTTLE,
     CORRECTED_WORKERS,
 )
+from resilient_session._state.fleet.throttle import FleetThrottle
+from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
 
 KEY = "http://svc.test:80"
 

@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from resilient_session import ConfigError, ResilientSession
+from resilient_session._state.backend import MemoryBackend, open_backend
+from resilient_session._state.breaker import BreakerState, CircuitBreaker, TryResult
+from resilient_session._state.budget import TokenBucket
+from resilient_session._state.fleet.breaker import Change, FleetBreaker, StateCode
+from resilient_session._state.fleet.budget import FleetBucket
+from resilient_session._state.fleet.throttle import FleetThrottle
+from resilient_session._state.throttle import AdaptiveThrottle, ThrottleSnapshot
 from resilient_session.config import load
 from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
 from resilient_session.report import state_text
-from resilient_session.state.backend import MemoryBackend, open_backend
-from resilient_session.state.breaker import BreakerState, CircuitBreaker, TryResult
-from resilient_session.state.budget import TokenBucket
-from resilient_session.state.fleet_breaker import Change, FleetBreaker, StateCode
-from resilient_session.state.fleet_budget import FleetBucket
-from resilient_session.state.fleet_throttle import FleetThrottle
-from resilient_session.state.throttle import AdaptiveThrottle, ThrottleSnapshot
 from resilient_session.testing import FakeClock
 from tests.threads import run_together
 
@@ -226,7 +226,7 @@ def test_the_redis_backend_without_redis_py_names_state_backend(monkeypatch, clo
     """Without redis-py installed, a session selecting the redis backend fails at
     construction with a ConfigError naming state.backend and the extra to install."""
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.delitem(sys.modules, "resilient_session.state.redis_backend", raising=False)
+    monkeypatch.delitem(sys.modules, "resilient_session._state.fleet.redis_backend", raising=False)
     with pytest.raises(ConfigError) as raised:
         ResilientSession({"state": {"backend": "redis"}}, clock=clock)
     message = str(raised.value)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from resilient_session._state import registry as hosts
+from resilient_session._state.registry import HostRegistry
 from resilient_session.config import load
-from resilient_session.state import registry as hosts
-from resilient_session.state.registry import HostRegistry
 
 
 def test_userinfo_never_reaches_the_key_cache_or_the_last_origin(clock):

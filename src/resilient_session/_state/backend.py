@@ -1,10 +1,9 @@
-"""Where per-host state lives: one interface, a memory backend (the default) and the factory."""
+"""Where per-host state lives: a memory backend (the default) and the factory that picks one
+(the interface they implement is in ``interface.py``)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from typing import Protocol
 
 from resilient_session.clock import Clock
 from resilient_session.errors import ConfigError
@@ -12,42 +11,8 @@ from resilient_session.policy import HostPolicy, StatePolicy
 
 from .breaker import CircuitBreaker
 from .budget import TokenBucket
+from .interface import Guards, HostsNow, StateBackend
 from .throttle import AdaptiveThrottle
-
-# A host's guards, as a backend builds them: the throttle is None when the policy disables it.
-Guards = tuple[CircuitBreaker, TokenBucket, AdaptiveThrottle | None]
-# What the registry holds now: each host's key, policy and guards.
-HostsNow = Callable[[], list[tuple[str, HostPolicy, Guards]]]
-
-
-class StateBackend(Protocol):
-    """Builds each host's breaker, budget and throttle, and keeps them in step wherever it
-    keeps state. The stages only ever see the objects it builds, never the backend: a backend
-    may hand out subclasses that note what changed, but their methods answer from local
-    fields, so a call never waits on the backend.
-    """
-
-    @property
-    def name(self) -> str:
-        """The ``state.backend`` value this backend implements."""
-
-    @property
-    def degraded(self) -> bool:
-        """True while the shared store is out of reach and the guards run on local state."""
-
-    def build(self, key: str, policy: HostPolicy) -> Guards:
-        """Fresh guards for host *key*."""
-
-    def serve(self, hosts: HostsNow) -> None:
-        """Keep in step, from now on, the guards *hosts* returns at each moment: exactly the
-        registry's, evictions and races included, with no list of its own to drift."""
-
-    def added(self, key: str) -> None:
-        """The registry just made *key*'s guards: a chance to bring them in step soon."""
-
-    def close(self) -> None:
-        """Release what the backend holds (a thread, connections); the guards keep working
-        on local state."""
 
 
 class MemoryBackend:
@@ -89,7 +54,7 @@ def open_backend(policy: StatePolicy, clock: Clock, rng: random.Random) -> State
         return MemoryBackend(clock, rng)
     try:
         # Imported only when selected: redis-py is an extra.
-        from .redis_backend import RedisBackend
+        from .fleet.redis_backend import RedisBackend
     except ImportError as missing:
         raise ConfigError(
             "state.backend: 'redis' needs redis-py, which is not installed "

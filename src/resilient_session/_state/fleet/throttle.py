@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .throttle import AdaptiveThrottle
+from resilient_session._state.throttle import AdaptiveThrottle
 
 
 class FleetThrottle(AdaptiveThrottle):

@@ -12,9 +12,10 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.policy import HostPolicy
 
-from .backend import Guards, StateBackend, open_backend
+from .backend import open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
+from .interface import Guards, StateBackend
 from .limit import ConcurrencyLimit, LimitSnapshot
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 

@@ -26,16 +26,15 @@ from redis.retry import Retry
 
 from resilient_session._observe.events import emit_state_change
 from resilient_session._observe.redact import redact_store_message, redact_store_url
+from resilient_session._state.interface import Guards, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.errors import ConfigError
 from resilient_session.policy import HostPolicy, StatePolicy
 
 from . import sync_thread
-from .backend import Guards, HostsNow
+from .breaker import FleetBreaker
+from .budget import FleetBucket
 from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
-from .fleet_breaker import FleetBreaker
-from .fleet_budget import FleetBucket
-from .fleet_throttle import FleetThrottle
 from .lua import (
     CORRECTED_BREAKER,
     CORRECTED_BUDGET,
@@ -43,6 +42,7 @@ from .lua import (
     CORRECTED_WORKERS,
     SYNC,
 )
+from .throttle import FleetThrottle
 
 # A worker is counted in a host's budget split while it synced within this many intervals.
 _ALIVE_INTERVALS: Final = 3

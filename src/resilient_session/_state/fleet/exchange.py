@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from resilient_session._observe.events import emit_transition
+from resilient_session._state.breaker import BreakerState
 from resilient_session.policy import HostPolicy
 
-from .breaker import BreakerState
-from .fleet_breaker import BreakerReport, FleetBreaker, StateCode
-from .fleet_budget import FleetBucket
-from .fleet_throttle import FleetThrottle
+from .breaker import BreakerReport, FleetBreaker, StateCode
+from .budget import FleetBucket
 from .lua import CORRECTED_BREAKER, CORRECTED_BUDGET, CORRECTED_THROTTLE, CORRECTED_WORKERS
+from .throttle import FleetThrottle
 
 # Keys outlive the longest state they hold (an opening, a throttle window) twice over, and
 # at least this long, so a host that goes quiet for a while keeps its fleet state.

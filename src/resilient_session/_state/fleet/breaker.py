@@ -15,10 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from resilient_session._state.breaker import (
+    BreakerState,
+    CircuitBreaker,
+    Permit,
+    Transition,
+    TryResult,
+)
 from resilient_session.clock import Clock
 from resilient_session.policy import BreakerPolicy
-
-from .breaker import BreakerState, CircuitBreaker, Permit, Transition, TryResult
 
 _FAILURE = TryResult.FAILURE
 _SUCCESS = TryResult.SUCCESS

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+from resilient_session._state.budget import TokenBucket
 from resilient_session.clock import Clock
 from resilient_session.policy import BudgetPolicy
-
-from .budget import TokenBucket
 
 
 class FleetBucket(TokenBucket):

@@ -1,0 +1,48 @@
+"""The interface of a state backend: the guards it builds for a host and what it keeps in
+step; the memory backend and the fleet backend both implement it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from resilient_session.policy import HostPolicy
+
+from .breaker import CircuitBreaker
+from .budget import TokenBucket
+from .throttle import AdaptiveThrottle
+
+# A host's guards, as a backend builds them: the throttle is None when the policy disables it.
+Guards = tuple[CircuitBreaker, TokenBucket, AdaptiveThrottle | None]
+# What the registry holds now: each host's key, policy and guards.
+HostsNow = Callable[[], list[tuple[str, HostPolicy, Guards]]]
+
+
+class StateBackend(Protocol):
+    """Builds each host's breaker, budget and throttle, and keeps them in step wherever it
+    keeps state. The stages only ever see the objects it builds, never the backend: a backend
+    may hand out subclasses that note what changed, but their methods answer from local
+    fields, so a call never waits on the backend.
+    """
+
+    @property
+    def name(self) -> str:
+        """The ``state.backend`` value this backend implements."""
+
+    @property
+    def degraded(self) -> bool:
+        """True while the shared store is out of reach and the guards run on local state."""
+
+    def build(self, key: str, policy: HostPolicy) -> Guards:
+        """Fresh guards for host *key*."""
+
+    def serve(self, hosts: HostsNow) -> None:
+        """Keep in step, from now on, the guards *hosts* returns at each moment: exactly the
+        registry's, evictions and races included, with no list of its own to drift."""
+
+    def added(self, key: str) -> None:
+        """The registry just made *key*'s guards: a chance to bring them in step soon."""
+
+    def close(self) -> None:
+        """Release what the backend holds (a thread, connections); the guards keep working
+        on local state."""
