@@ -192,7 +192,7 @@ def test_a_urllib3_total_timeout_is_split_without_starting_it():
     what it is made of, each part capped by the total."""
     from urllib3.util import Timeout
 
-    from resilient_session.stages.deadline import split_timeout
+    from resilient_session._transport.timeouts import split_timeout
 
     assert split_timeout(Timeout(total=5)) == (5.0, 5.0)
     assert split_timeout(Timeout(connect=2, read=9, total=5)) == (2.0, 5.0)

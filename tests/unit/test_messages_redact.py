@@ -7,7 +7,7 @@ import io
 import requests
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS, sensitive_names
-from resilient_session.body import _exceeded
+from resilient_session._transport.body import _exceeded
 
 URL = "https://user:hunter2@api.test/p;jsessionid=js1/x?page=2&token=tk1#access_token=fr1"
 

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from resilient_session.testing import FakeClock
-from resilient_session.watchdog import (
+from resilient_session._transport.watchdog import (
     ARMED,
     DISARMED,
     FIRED,
@@ -20,6 +19,7 @@ from resilient_session.watchdog import (
     Watchdog,
     settle,
 )
+from resilient_session.testing import FakeClock
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from resilient_session.watchdog import WATCHDOG, Watch
-from resilient_session.watched import WatchedHTTPConnection
+from resilient_session._transport.watchdog import WATCHDOG, Watch
+from resilient_session._transport.watched import WatchedHTTPConnection
 
 
 class _TransportLike:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS
+from resilient_session._transport.body import drain
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
-from resilient_session.body import drain
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.pipeline import Next

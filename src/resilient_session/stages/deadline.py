@@ -10,16 +10,16 @@ from typing import Any
 
 import requests
 from requests.structures import CaseInsensitiveDict
-from urllib3.util import Timeout as Urllib3Timeout
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text
+from resilient_session._transport.timeouts import split_timeout
+from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.inbound.headers import format_attempt
 from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
-from resilient_session.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 
 
 class EnforceDeadline:
@@ -139,27 +139,3 @@ def attempt_value(attempt: Attempt) -> str:
 
 # At most 100 tries a call (retry.max_attempts), so a few hundred texts cover every call.
 _attempt_text = functools.lru_cache(maxsize=1024)(format_attempt)
-
-
-def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
-    """``(connect, read)`` seconds from any timeout requests accepts; None means no limit."""
-    if isinstance(timeout, Urllib3Timeout):
-        # Its connect_timeout and read_timeout properties raise for a total= timeout whose
-        # timer has not started; the parts they are made of can be read at any time.
-        total = _seconds(timeout.total)
-        connect, read = _seconds(timeout._connect), _seconds(timeout._read)
-        if total is not None:
-            connect = total if connect is None else min(connect, total)
-            read = total if read is None else min(read, total)
-        return connect, read
-    if isinstance(timeout, tuple | list) and len(timeout) == 2:
-        return _seconds(timeout[0]), _seconds(timeout[1])
-    value = _seconds(timeout)
-    return value, value
-
-
-def _seconds(value: Any) -> float | None:
-    # urllib3's DEFAULT_TIMEOUT sentinel and None both mean "no limit of the caller's".
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None

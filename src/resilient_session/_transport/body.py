@@ -8,9 +8,9 @@ import requests
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
-from ._observe.redact import SENSITIVE_PARAMS, redact_url
-from .clock import Clock
-from .errors import DeadlineExceeded
+from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_url
+from resilient_session.clock import Clock
+from resilient_session.errors import DeadlineExceeded
 
 _CHUNK = 64 * 1024
 

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from .clock import SYSTEM_CLOCK, Clock
+from resilient_session.clock import SYSTEM_CLOCK, Clock
 
 # A watch's life: IDLE until a connection arms it, then DISARMED by its try or FIRING and
 # FIRED by the watchdog; DISARMED and FIRED are final. Ordered so that one comparison,

@@ -1,6 +1,6 @@
 """urllib3 connections that put each try, from connect to the last header byte, under the watchdog.
 
-The deadline stage opens a :class:`~resilient_session.watchdog.Watch` around each try of a call
+The deadline stage opens a :class:`~.watchdog.Watch` around each try of a call
 with a deadline; the try's pool arms it on the connection the try is given, just before the
 request goes out (urllib3's ``_validate_conn`` hook: before a new connection connects, so the
 TLS handshake is covered, and before a pooled one sends a byte), and the connection disarms it
