@@ -501,8 +501,8 @@ def _stage_ablation(rounds: int, calls: int = 200) -> None:
     plain and resilient alternating, the median of their differences.
     """
     try:
-        from resilient_session.pipeline import compose
-        from resilient_session.stages import standard_stages
+        from resilient_session._pipeline.drive import compose
+        from resilient_session._pipeline.stages import standard_stages
 
         session = ResilientSession()
         adapter: Any = session.get_adapter(URL)

@@ -13,15 +13,15 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.redact import sensitive_names
+from ._pipeline.attempt import UNDECIDED, Attempt, Call, Outcome
+from ._pipeline.drive import Next, drive
+from ._pipeline.stages import standard_chain
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.watched import watch_pools
-from .attempt import UNDECIDED, Attempt, Call, Outcome
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
-from .pipeline import Next, drive
-from .stages import standard_chain
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})

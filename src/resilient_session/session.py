@@ -12,13 +12,13 @@ from requests import Response
 from requests.adapters import BaseAdapter
 
 from ._state.registry import HostHealth, HostRegistry
+from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
 from .deadline import narrowed
-from .verbs import TypedVerbs
 
 if TYPE_CHECKING:
     from requests.cookies import RequestsCookieJar

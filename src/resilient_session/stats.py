@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol, TypeGuard
 
-from .attempt import Reason, Verdict
+from ._pipeline.attempt import Reason, Verdict
 from .figures import HostStats, Skipped
 from .sketch import RELATIVE_ERROR, DistinctCounter
 

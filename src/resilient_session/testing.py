@@ -17,7 +17,7 @@ from typing import TypeAlias
 import requests
 from requests.structures import CaseInsensitiveDict
 
-from .attempt import Attempt, Outcome
+from ._pipeline.attempt import Attempt, Outcome
 
 Step: TypeAlias = (
     int

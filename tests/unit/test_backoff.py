@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
+from resilient_session._pipeline.backoff import full_jitter, overload_backoff, parse_retry_after
 
 NOW = 1_700_000_000.0
 

@@ -11,6 +11,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from resilient_session._pipeline.attempt import Reason
+from resilient_session._pipeline.drive import drive
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.breaker import (
     BreakerState,
     CircuitBreaker,
@@ -18,10 +21,7 @@ from resilient_session._state.breaker import (
     Transition,
     TryResult,
 )
-from resilient_session.attempt import Reason
-from resilient_session.pipeline import drive
 from resilient_session.policy import BreakerPolicy
-from resilient_session.stages import standard_chain
 from resilient_session.testing import FakeClock, ScriptedTransport
 from tests.threads import run_together
 

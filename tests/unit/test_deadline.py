@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from resilient_session import ResilientSession
+from resilient_session._pipeline.stages.deadline import with_headers
 from resilient_session.adapter import start_call
 from resilient_session.deadline import (
     checked,
@@ -23,7 +24,6 @@ from resilient_session.deadline import (
     narrowed,
     remaining,
 )
-from resilient_session.stages.deadline import with_headers
 
 
 def test_nested_keeps_the_earliest(clock):

@@ -12,11 +12,11 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 from resilient_session import CircuitOpenError, DeadlineExceeded
+from resilient_session._pipeline.attempt import Reason, Verdict
+from resilient_session._pipeline.drive import drive
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.breaker import BreakerState, TryResult
-from resilient_session.attempt import Reason, Verdict
 from resilient_session.errors import is_connect_failure
-from resilient_session.pipeline import drive
-from resilient_session.stages import standard_chain
 from resilient_session.testing import FakeClock, ScriptedTransport
 
 FAST = {"defaults": {"retry": {"backoff_base": 0.1, "backoff_cap": 1.0}}}

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from resilient_session._pipeline.attempt import Reason
+from resilient_session._pipeline.drive import drive
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.registry import HostRegistry, host_key
-from resilient_session.attempt import Reason
 from resilient_session.config import load
-from resilient_session.pipeline import drive
-from resilient_session.stages import standard_chain
 from resilient_session.testing import ScriptedTransport
 from tests.threads import run_together
 

@@ -12,14 +12,14 @@ import pytest
 import requests
 
 from resilient_session import ConfigError, DeadlineExceeded, ResilientSession
+from resilient_session._pipeline.attempt import Reason, Verdict
+from resilient_session._pipeline.intent import caller_retries
+from resilient_session._pipeline.intent import enter as enter_intent
+from resilient_session._pipeline.intent import leave as leave_intent
 from resilient_session.adapter import start_call
-from resilient_session.attempt import Reason, Verdict
 from resilient_session.config import load
 from resilient_session.deadline import current_scope, deadline, enter, leave, narrowed
 from resilient_session.inbound import ASGIMiddleware, WSGIMiddleware
-from resilient_session.intent import caller_retries
-from resilient_session.intent import enter as enter_intent
-from resilient_session.intent import leave as leave_intent
 from resilient_session.testing import FakeClock
 
 FAST = {"defaults": {"retry": {"backoff_base": 0.1, "backoff_cap": 1.0}}}

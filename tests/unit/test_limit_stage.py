@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import requests
 
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason, Verdict
+from resilient_session._pipeline.drive import drive
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.limit import ConcurrencyLimit, Signal
-from resilient_session.attempt import Attempt, Outcome, Reason, Verdict
 from resilient_session.errors import CircuitOpenError, ConcurrencyLimitError, DeadlineExceeded
-from resilient_session.pipeline import drive
-from resilient_session.stages import standard_chain
 from resilient_session.testing import build_response
 from tests.conftest import Harness
 

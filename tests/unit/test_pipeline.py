@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import requests
 
-from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
-from resilient_session.pipeline import compose, drive
-from resilient_session.stages import standard_chain
+from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.drive import compose, drive
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session.testing import ScriptedTransport
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from resilient_session.attempt import Reason, Verdict
+from resilient_session._pipeline.attempt import Reason, Verdict
 
 # Backoff base 1 and cap 100: without a usable Retry-After the first overload wait is
 # uniform(0, 2), which the seeded rng makes exact.

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resilient_session.attempt import Reason, Verdict
+from resilient_session._pipeline.attempt import Reason, Verdict
 from resilient_session.report import stats_text
 from resilient_session.stats import MAX_LINE, StatsAggregator
 

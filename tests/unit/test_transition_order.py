@@ -6,9 +6,9 @@ import itertools
 import random
 import threading
 
+from resilient_session._pipeline.attempt import Outcome
+from resilient_session._pipeline.stages.breaker import guard_with_breaker
 from resilient_session._state.breaker import BreakerState
-from resilient_session.attempt import Outcome
-from resilient_session.stages.breaker import guard_with_breaker
 from resilient_session.testing import build_response
 from tests.threads import run_together
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS
+from resilient_session._pipeline.drive import Middleware, Next, compose
 from resilient_session.clock import Clock
-from resilient_session.pipeline import Middleware, Next, compose
 
 from .breaker import guard_with_breaker
 from .budget import SpendBudget

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS
+from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.drive import Next
 from resilient_session._transport.body import drain
-from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
-from resilient_session.pipeline import Next
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import requests
 
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.drive import Next
 from resilient_session._state.limit import Signal
 from resilient_session._transport.timeouts import split_timeout
-from resilient_session.attempt import Attempt, Outcome, Reason
-from resilient_session.classify import is_transient_error
 from resilient_session.clock import Clock
 from resilient_session.errors import ConcurrencyLimitError, DeadlineExceeded
-from resilient_session.pipeline import Next
 
 _SUCCESS = Signal.SUCCESS
 _DROP = Signal.DROP

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from resilient_session._observe.events import emit_transition
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.drive import Next
 from resilient_session._state.breaker import BreakerState, TryResult
-from resilient_session.attempt import Attempt, Outcome, Reason
-from resilient_session.classify import is_transient_error
 from resilient_session.errors import CircuitOpenError, DeadlineExceeded
-from resilient_session.pipeline import Next
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT

@@ -6,8 +6,9 @@ from enum import Enum
 
 import requests
 
+from resilient_session.policy import RetryPolicy
+
 from .attempt import Outcome
-from .policy import RetryPolicy
 
 
 class Tier(str, Enum):

@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from types import FunctionType
 from typing import Protocol, TypeAlias
 
+from resilient_session.clock import Clock
+
 from .attempt import Attempt, Outcome, Verdict
-from .clock import Clock
 
 Next: TypeAlias = Callable[[Attempt], Outcome]
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import requests
 from requests.cookies import RequestsCookieJar
 
-from .errors import is_connect_failure
+from resilient_session.errors import is_connect_failure
 
 if TYPE_CHECKING:
-    from ._state.breaker import BreakerState
-    from ._state.registry import HostState
+    from resilient_session._state.breaker import BreakerState
+    from resilient_session._state.registry import HostState
 
 
 class Verdict(str, Enum):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import random
 
+from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.backoff import full_jitter, overload_backoff, parse_retry_after
+from resilient_session._pipeline.classify import Tier, classify
+from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.intent import caller_retries
 from resilient_session._state.breaker import BreakerState
-from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
-from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
-from resilient_session.classify import Tier, classify
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
-from resilient_session.intent import caller_retries
-from resilient_session.pipeline import Next
 
 _SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)

@@ -12,14 +12,14 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.attempt_header import format_attempt
+from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.intent import caller_retries
 from resilient_session._transport.timeouts import split_timeout
 from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
-from resilient_session.attempt import Attempt, Outcome, Reason
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
-from resilient_session.inbound.headers import format_attempt
-from resilient_session.intent import caller_retries
-from resilient_session.pipeline import Next
 
 
 class EnforceDeadline:

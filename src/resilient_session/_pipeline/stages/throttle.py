@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from resilient_session.attempt import Attempt, Outcome, Reason
-from resilient_session.classify import is_transient_error
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.drive import Next
 from resilient_session.errors import DeadlineExceeded, ThrottledError
-from resilient_session.pipeline import Next
 
 
 def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:

@@ -8,9 +8,9 @@ from typing import Any
 
 from resilient_session._observe.events import logger_for
 from resilient_session._observe.redact import redact_url
-from resilient_session.attempt import Attempt, Outcome
+from resilient_session._pipeline.attempt import Attempt, Outcome
+from resilient_session._pipeline.drive import Next
 from resilient_session.clock import Clock
-from resilient_session.pipeline import Next
 
 _INFO = logging.INFO
 
