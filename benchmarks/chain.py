@@ -52,7 +52,7 @@ from _chain_services import CALL_ID, B, C, Try, urllib3_session
 from _common import table, verdict
 
 from resilient_session import ResilientSession
-from resilient_session.policy import BudgetPolicy
+from resilient_session.config import BudgetPolicy
 
 SERVERS = ("waitress", "uvicorn")
 # (label, client, B wrapped in the middleware)

@@ -9,8 +9,8 @@ from ._observe.printable import printable
 from ._observe.redact import redact_store_url
 
 if TYPE_CHECKING:
+    from .config.policy import StatePolicy
     from .demo import SceneResult
-    from .policy import StatePolicy
 
 
 _COLUMNS = [

@@ -32,7 +32,7 @@ from resilient_session._state.registry import HostRegistry
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
-from resilient_session.policy import BreakerPolicy, HostPolicy
+from resilient_session.config.policy import BreakerPolicy, HostPolicy
 from resilient_session.testing import FakeClock
 from resilient_session.upstream import FlakyUpstream, Reply
 from tests.threads import run_together

@@ -19,7 +19,7 @@ from resilient_session._state.fleet.budget import FleetBucket
 from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
 from resilient_session._state.fleet.lua import SYNC
 from resilient_session.clock import SYSTEM_CLOCK
-from resilient_session.policy import BreakerPolicy, HostPolicy
+from resilient_session.config.policy import BreakerPolicy, HostPolicy
 from resilient_session.testing import FakeClock
 from resilient_session.upstream import FlakyUpstream, Reply
 from tests.threads import run_together

@@ -21,7 +21,7 @@ from resilient_session._state.breaker import (
     Transition,
     TryResult,
 )
-from resilient_session.policy import BreakerPolicy
+from resilient_session.config.policy import BreakerPolicy
 from resilient_session.testing import FakeClock, ScriptedTransport
 from tests.threads import run_together
 

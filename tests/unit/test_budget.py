@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resilient_session._state.budget import TokenBucket
-from resilient_session.policy import BudgetPolicy
+from resilient_session.config.policy import BudgetPolicy
 from resilient_session.testing import FakeClock
 from tests.threads import run_together
 

@@ -12,7 +12,7 @@ import yaml
 
 from resilient_session import ConfigError, ResilientSession
 from resilient_session.config import ENV_VAR, Config, load, schema
-from resilient_session.policy import HostPolicy
+from resilient_session.config.policy import HostPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 
 from resilient_session import ConfigError
 from resilient_session.config import load
-from resilient_session.configfile import MAX_BYTES
+from resilient_session.config.file import MAX_BYTES
 
 
 def _refused(path: Path | str) -> str:

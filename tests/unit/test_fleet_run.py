@@ -17,7 +17,7 @@ from resilient_session._state.fleet.lua import (
     CORRECTED_WORKERS,
 )
 from resilient_session._state.fleet.throttle import FleetThrottle
-from resilient_session.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
+from resilient_session.config.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
 
 KEY = "http://svc.test:80"
 

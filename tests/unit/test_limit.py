@@ -13,7 +13,7 @@ from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.stages.limit import LimitConcurrency
 from resilient_session._state.limit import ConcurrencyLimit, LimitSnapshot, Signal, waiter_for
 from resilient_session.clock import SYSTEM_CLOCK
-from resilient_session.policy import LimitPolicy
+from resilient_session.config.policy import LimitPolicy
 from resilient_session.testing import FakeClock, build_response
 from tests.threads import run_together
 

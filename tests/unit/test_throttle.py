@@ -13,8 +13,8 @@ from resilient_session._pipeline.drive import drive
 from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.throttle import AdaptiveThrottle
+from resilient_session.config.policy import ThrottlePolicy
 from resilient_session.errors import CircuitOpenError, DeadlineExceeded, ThrottledError
-from resilient_session.policy import ThrottlePolicy
 from resilient_session.testing import FakeClock, ScriptedTransport
 from tests.conftest import Harness
 from tests.threads import run_together

@@ -6,7 +6,7 @@ from enum import Enum
 
 import requests
 
-from resilient_session.policy import RetryPolicy
+from resilient_session.config.policy import RetryPolicy
 
 from .attempt import Outcome
 

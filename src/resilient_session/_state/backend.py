@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 from resilient_session.clock import Clock
+from resilient_session.config.policy import HostPolicy, StatePolicy
 from resilient_session.errors import ConfigError
-from resilient_session.policy import HostPolicy, StatePolicy
 
 from .breaker import CircuitBreaker
 from .budget import TokenBucket

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from resilient_session.clock import Clock
-from resilient_session.policy import BreakerPolicy
+from resilient_session.config.policy import BreakerPolicy
 
 # An opening after the first lasts up to this much longer, at random, so a fleet of clients
 # that tripped together does not probe a recovering host in lockstep.

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 
 from resilient_session.clock import Clock
-from resilient_session.policy import BudgetPolicy
+from resilient_session.config.policy import BudgetPolicy
 
 # Ten deposits of 0.1 sum to 0.9999999999999999; they must still buy one retry.
 _EPSILON = 1e-9

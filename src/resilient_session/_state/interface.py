@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from resilient_session.policy import HostPolicy
+from resilient_session.config.policy import HostPolicy
 
 from .breaker import CircuitBreaker
 from .budget import TokenBucket

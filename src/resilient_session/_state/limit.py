@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from resilient_session.clock import Clock, SystemClock
-from resilient_session.policy import LimitPolicy
+from resilient_session.config.policy import LimitPolicy
 
 
 class Signal(Enum):

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
-from resilient_session.policy import HostPolicy
+from resilient_session.config.policy import HostPolicy
 
 from .backend import open_backend
 from .breaker import BreakerState, CircuitBreaker

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 
 from resilient_session.clock import Clock
-from resilient_session.policy import ThrottlePolicy
+from resilient_session.config.policy import ThrottlePolicy
 
 # The window is kept as a ring of fixed buckets, so memory is fixed and expiry costs one
 # bucket per bucket-width of time. One bucket per second up to this many, wider beyond: a day's

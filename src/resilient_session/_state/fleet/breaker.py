@@ -23,7 +23,7 @@ from resilient_session._state.breaker import (
     TryResult,
 )
 from resilient_session.clock import Clock
-from resilient_session.policy import BreakerPolicy
+from resilient_session.config.policy import BreakerPolicy
 
 _FAILURE = TryResult.FAILURE
 _SUCCESS = TryResult.SUCCESS

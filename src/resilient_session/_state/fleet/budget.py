@@ -6,7 +6,7 @@ import math
 
 from resilient_session._state.budget import TokenBucket
 from resilient_session.clock import Clock
-from resilient_session.policy import BudgetPolicy
+from resilient_session.config.policy import BudgetPolicy
 
 
 class FleetBucket(TokenBucket):

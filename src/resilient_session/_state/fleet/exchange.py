@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from resilient_session._observe.events import emit_transition
 from resilient_session._state.breaker import BreakerState
-from resilient_session.policy import HostPolicy
+from resilient_session.config.policy import HostPolicy
 
 from .breaker import BreakerReport, FleetBreaker, StateCode
 from .budget import FleetBucket

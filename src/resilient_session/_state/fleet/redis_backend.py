@@ -28,8 +28,8 @@ from resilient_session._observe.events import emit_state_change
 from resilient_session._observe.redact import redact_store_message, redact_store_url
 from resilient_session._state.interface import Guards, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.config.policy import HostPolicy, StatePolicy
 from resilient_session.errors import ConfigError
-from resilient_session.policy import HostPolicy, StatePolicy
 
 from . import sync_thread
 from .breaker import FleetBreaker

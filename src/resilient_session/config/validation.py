@@ -15,9 +15,9 @@ from typing import Any, Final, TypeAlias, TypeVar, cast
 
 import msgspec
 
-from ._observe.printable import printable
-from ._observe.redact import redact_text
-from .errors import ConfigError
+from resilient_session._observe.printable import printable
+from resilient_session._observe.redact import redact_text
+from resilient_session.errors import ConfigError
 
 Path: TypeAlias = tuple[str | int, ...]
 T = TypeVar("T", bound=msgspec.Struct)

@@ -11,8 +11,9 @@ from typing import Any, Final
 
 import msgspec
 
-from . import configfile
-from .errors import ConfigError
+from resilient_session.errors import ConfigError
+
+from . import file as configfile
 from .policy import (
     ConfigDocument,
     EventsPolicy,

@@ -15,7 +15,8 @@ from typing import Any, Final
 
 import yaml
 
-from .errors import ConfigError
+from resilient_session.errors import ConfigError
+
 from .validation import Errors, dotted, one_line
 from .validation import Path as KeyPath
 
