@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from resilient_session.cli import main
-from resilient_session.upstream import FlakyUpstream, Hang, Reply, refused_url
+from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply, refused_url
 
 RECORDED = Path(__file__).resolve().parent / "data" / "events.jsonl"
 
@@ -166,7 +166,7 @@ def test_unexpected_error_is_one_line_not_a_traceback(capsys, monkeypatch):
     def broken(self, line):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("resilient_session.stats.StatsAggregator.feed", broken)
+    monkeypatch.setattr("resilient_session.cli.stats.StatsAggregator.feed", broken)
     assert main(["stats", str(RECORDED)]) == 1
     assert _one_error_line(capsys.readouterr().err) == (
         "resilient-session: internal error: RuntimeError: boom"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from resilient_session.cli import _tries, main
-from resilient_session.upstream import LOOPBACK, refused_url
+from resilient_session.testing.upstream import LOOPBACK, refused_url
 
 SECRET_URL = "http://user:hunter2@127.0.0.1:{port}/p?token=tk-9&page=2#access_token=fr-9"  # noqa: S105
 SECRETS = ("hunter2", "tk-9", "fr-9")

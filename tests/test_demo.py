@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from resilient_session.cli import main
-from resilient_session.demo import SceneResult, run_demo
+from resilient_session.cli.demo import SceneResult, run_demo
 
 pytestmark = pytest.mark.integration
 

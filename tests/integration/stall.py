@@ -6,7 +6,7 @@ import contextlib
 import socket
 from collections.abc import Iterator
 
-from resilient_session.upstream import LOOPBACK
+from resilient_session.testing.upstream import LOOPBACK
 
 
 @contextlib.contextmanager

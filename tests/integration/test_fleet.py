@@ -34,7 +34,7 @@ from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
 from resilient_session.config.policy import BreakerPolicy, HostPolicy
 from resilient_session.testing import FakeClock
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
 from .conftest import FAST_RETRY

@@ -15,7 +15,7 @@ import redis
 
 from resilient_session import ResilientSession
 from resilient_session.clock import SYSTEM_CLOCK
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .conftest import FAST_RETRY
 

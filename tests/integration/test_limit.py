@@ -12,7 +12,7 @@ import requests
 from structlog.testing import capture_logs
 
 from resilient_session import CircuitOpenError, ConcurrencyLimitError, ResilientSession
-from resilient_session.upstream import FlakyUpstream, Hang, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
 from tests.threads import run_together
 
 pytestmark = pytest.mark.integration

@@ -31,7 +31,7 @@ from resilient_session import (
     ThrottledError,
     deadline,
 )
-from resilient_session.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
+from resilient_session.testing.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
 from tests.integration.stall import full_backlog
 
 pytestmark = pytest.mark.integration

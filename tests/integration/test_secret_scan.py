@@ -26,7 +26,7 @@ from resilient_session import (
     log_json_lines,
 )
 from resilient_session.cli import main
-from resilient_session.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
+from resilient_session.testing.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
 from tests.integration.stall import full_backlog
 
 pytestmark = pytest.mark.integration

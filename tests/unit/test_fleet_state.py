@@ -17,9 +17,9 @@ from resilient_session._state.fleet.breaker import Change, FleetBreaker, StateCo
 from resilient_session._state.fleet.budget import FleetBucket
 from resilient_session._state.fleet.throttle import FleetThrottle
 from resilient_session._state.throttle import AdaptiveThrottle, ThrottleSnapshot
+from resilient_session.cli.report import state_text
 from resilient_session.config import load
 from resilient_session.config.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
-from resilient_session.report import state_text
 from resilient_session.testing import FakeClock
 from tests.threads import run_together
 

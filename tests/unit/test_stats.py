@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from resilient_session.sketch import LogHistogram
-from resilient_session.stats import StatsAggregator
+from resilient_session.cli.sketch import LogHistogram
+from resilient_session.cli.stats import StatsAggregator
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "events.jsonl"
 

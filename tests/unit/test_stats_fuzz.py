@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from resilient_session._pipeline.attempt import Reason, Verdict
-from resilient_session.report import stats_text
-from resilient_session.stats import MAX_LINE, StatsAggregator
+from resilient_session.cli.report import stats_text
+from resilient_session.cli.stats import MAX_LINE, StatsAggregator
 
 # What must never reach a terminal: C0/C1 controls but the newlines between lines, bidi
 # controls, lone surrogates.

@@ -8,8 +8,8 @@ import tracemalloc
 
 import pytest
 
-from resilient_session.report import stats_text
-from resilient_session.stats import MAX_HOSTS, MAX_LINE, StatsAggregator
+from resilient_session.cli.report import stats_text
+from resilient_session.cli.stats import MAX_HOSTS, MAX_LINE, StatsAggregator
 
 HOST = "http://127.0.0.1:8080"
 GOOD = {"event": "http.try", "host": HOST, "attempt": 1, "decision": "success", "reason": "ok"}

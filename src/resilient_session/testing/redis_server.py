@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from types import TracebackType
 
-from .clock import SYSTEM_CLOCK
+from resilient_session.clock import SYSTEM_CLOCK
 
 _READY_WAIT = 10.0
 _STOP_WAIT = 5.0

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol, TypeGuard
 
-from ._pipeline.attempt import Reason, Verdict
+from resilient_session._pipeline.attempt import Reason, Verdict
+
 from .figures import HostStats, Skipped
 from .sketch import RELATIVE_ERROR, DistinctCounter
 

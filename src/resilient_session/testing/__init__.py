@@ -1,4 +1,7 @@
-"""Test helpers for code that uses resilient_session: a fake clock and a scripted transport.
+"""Test helpers for code that uses resilient_session: a fake clock and a scripted transport,
+and real loopback servers: ``FlakyUpstream`` with its steps (``Reply``, ``Hang``, ...),
+``LoopbackService`` and ``RedisServer`` (the upstream's own ``Step`` alias stays in
+``resilient_session.testing.upstream``: ``Step`` here is the scripted transport's).
 
 Example::
 
@@ -17,7 +20,43 @@ from typing import TypeAlias
 import requests
 from requests.structures import CaseInsensitiveDict
 
-from ._pipeline.attempt import Attempt, Outcome
+from resilient_session._pipeline.attempt import Attempt, Outcome
+
+from .faults import (
+    MAX_WAIT,
+    CloseWithoutReply,
+    Drip,
+    Flaky,
+    Hang,
+    Hit,
+    Reply,
+    ResetMidBody,
+    Trickle,
+)
+from .redis_server import RedisServer, RedisServerMissing
+from .service import LoopbackService
+from .upstream import FlakyUpstream, refused_url
+
+__all__ = [
+    "MAX_WAIT",
+    "CloseWithoutReply",
+    "Drip",
+    "FakeClock",
+    "Flaky",
+    "FlakyUpstream",
+    "Hang",
+    "Hit",
+    "LoopbackService",
+    "RedisServer",
+    "RedisServerMissing",
+    "Reply",
+    "ResetMidBody",
+    "ScriptedTransport",
+    "Step",
+    "Trickle",
+    "build_response",
+    "refused_url",
+]
 
 Step: TypeAlias = (
     int

@@ -18,15 +18,16 @@ import requests
 import yaml
 from urllib3.exceptions import MaxRetryError
 
-from . import __version__
-from ._observe.printable import printable
-from ._observe.redact import SENSITIVE_PARAMS, redact_text, sensitive_names
-from ._observe.render import log_json_lines
-from .clock import SYSTEM_CLOCK
-from .config import load
-from .errors import ConfigError
+from resilient_session import __version__
+from resilient_session._observe.printable import printable
+from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text, sensitive_names
+from resilient_session._observe.render import log_json_lines
+from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.config import load
+from resilient_session.errors import ConfigError
+from resilient_session.session import ResilientSession
+
 from .report import demo_text, state_text, stats_text
-from .session import ResilientSession
 from .stats import StatsAggregator
 
 if TYPE_CHECKING:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._observe.printable import printable
-from ._observe.redact import redact_store_url
+from resilient_session._observe.printable import printable
+from resilient_session._observe.redact import redact_store_url
 
 if TYPE_CHECKING:
-    from .config.policy import StatePolicy
+    from resilient_session.config.policy import StatePolicy
+
     from .demo import SceneResult
 
 

@@ -19,12 +19,12 @@ from typing import Any, Final, TextIO
 import requests
 import structlog
 
-from ._observe.render import json_processors
-from .clock import SYSTEM_CLOCK
-from .inbound import WSGIMiddleware
-from .service import LoopbackService
-from .session import ResilientSession
-from .upstream import Flaky, FlakyUpstream, Hang, Reply
+from resilient_session._observe.render import json_processors
+from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.inbound import WSGIMiddleware
+from resilient_session.session import ResilientSession
+from resilient_session.testing.service import LoopbackService
+from resilient_session.testing.upstream import Flaky, FlakyUpstream, Hang, Reply
 
 SCENE_EVENT: Final = "demo.scene"
 
@@ -34,7 +34,7 @@ _FAST: Final[Mapping[str, Mapping[str, Any]]] = {
     "timeout": {"connect": 1.0, "read": 2.0},
 }
 
-_scene_log = structlog.get_logger("resilient_session.demo")
+_scene_log = structlog.get_logger("resilient_session.cli.demo")
 
 
 @dataclass(frozen=True, slots=True)
