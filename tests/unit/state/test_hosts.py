@@ -18,7 +18,7 @@ from resilient_session.config import load
 from resilient_session.testing import ScriptedTransport
 from tests.threads import run_together
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ ADDED = (
     "ticket",
     "csrf_token",
 )
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
 SPELLINGS = [
     pytest.param(spelling, id=spelling)
     for name in ADDED

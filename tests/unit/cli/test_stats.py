@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from resilient_session.cli.sketch import LogHistogram
 from resilient_session.cli.stats import StatsAggregator
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "events.jsonl"
+RECORDED = Path(__file__).resolve().parents[2] / "data" / "events.jsonl"
 
 A = "http://127.0.0.1:8080"
 B = "http://127.0.0.1:9090"

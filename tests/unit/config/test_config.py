@@ -14,7 +14,7 @@ from resilient_session import ConfigError, ResilientSession
 from resilient_session.config import ENV_VAR, Config, load, schema
 from resilient_session.config.policy import HostPolicy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_none_gives_builtin_defaults(monkeypatch):

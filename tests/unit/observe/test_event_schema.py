@@ -25,7 +25,7 @@ from resilient_session import (
 )
 from resilient_session.testing import FakeClock
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "docs" / "events.schema.json"
 URL = "http://user:pw@svc.test/items?token=t0p&page=2"
 BASE = "http://svc.test/items"
 # Any URL of the items resource, userinfo and query included.

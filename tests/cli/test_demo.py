@@ -19,7 +19,7 @@ from resilient_session.cli.demo import SceneResult, run_demo
 pytestmark = pytest.mark.integration
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parent.parent / "docs" / "events.schema.json").read_text("utf-8")
+    (Path(__file__).resolve().parents[2] / "docs" / "events.schema.json").read_text("utf-8")
 )
 
 

@@ -16,7 +16,7 @@ import yaml
 from resilient_session.cli import main
 from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply, refused_url
 
-RECORDED = Path(__file__).resolve().parent / "data" / "events.jsonl"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "events.jsonl"
 
 CONFIG = """\
 defaults:
