@@ -93,7 +93,7 @@ class AdaptiveThrottle:
         self._total_accepts = 0
         self._throttled = 0
         # The rest of a fleet's window, as of its last exchange, and what this throttle has
-        # counted since: zero and unread without a shared state backend (state/fleet_throttle).
+        # counted since: zero and unread without a shared state backend (_state/fleet/throttle).
         self._others_tries = 0
         self._others_accepts = 0
         self._sent_tries = 0

@@ -1,6 +1,6 @@
 """The breaker a fleet shares: local state that batches its failures and follows the fleet's.
 
-The fleet guards (this, ``fleet_budget`` and ``fleet_throttle``) are the memory guards plus two
+The fleet guards (this, ``fleet/budget`` and ``fleet/throttle``) are the memory guards plus two
 methods for the sync thread: ``exchange()`` takes what changed here since the last exchange,
 ``adopt()`` takes in what the whole fleet holds. Admission and counting stay local and under
 the guard's own lock, so a call never waits on the shared store, and with the store gone each
