@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .testing.redis_server import RedisServer, RedisServerMissing
+from resilient_session.testing.redis_server import RedisServer, RedisServerMissing
 
 __all__ = ["RedisServer", "RedisServerMissing"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .testing.upstream import (
+from resilient_session.testing.upstream import (
     MAX_WAIT,
     CloseWithoutReply,
     Drip,
