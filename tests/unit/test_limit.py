@@ -21,6 +21,9 @@ HOST = "http://svc.test:80"
 
 
 def make(clock: FakeClock, **policy: Any) -> ConcurrencyLimit:
+    """A limit whose burst is off unless asked for (``initial_burst`` = ``initial``): the tests
+    of AIMD and of waiting start from a host that gets no more than ``initial`` at first."""
+    policy.setdefault("initial_burst", policy.get("initial", LimitPolicy().initial))
     return ConcurrencyLimit(HOST, LimitPolicy(**policy), clock)
 
 
