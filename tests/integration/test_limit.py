@@ -3,7 +3,6 @@ sent only the limit's worth of tries."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import Counter
@@ -13,6 +12,7 @@ import requests
 from structlog.testing import capture_logs
 
 from resilient_session import CircuitOpenError, ConcurrencyLimitError, ResilientSession
+from resilient_session.state.limit import ConcurrencyLimit
 from resilient_session.upstream import FlakyUpstream, Hang, Reply
 from tests.threads import run_together
 
@@ -97,42 +97,36 @@ def test_a_hanging_host_gets_the_limits_worth_of_tries_and_the_rest_fail_fast(ma
     assert (health.limit, health.failures, health.rejected) == (4, 4, 0)
 
 
-def test_a_fresh_session_takes_a_burst_of_64_as_fast_as_plain_requests(upstream):
-    """64 threads at once, three calls each, to a 200 ms host: a fresh ResilientSession
-    refuses none and its p99 is within 10 % of plain requests' doing the same. Each is
-    measured four times on fresh sessions, in alternating order, so this machine's load
-    falls on both alike; a limit that made half the first burst wait an answer is ~1.5x."""
+def test_a_fresh_session_makes_no_try_of_a_burst_of_64_wait(upstream, monkeypatch):
+    """64 threads at once, three calls each, to a 200 ms host on a fresh session: no try ever
+    waits for a slot (the limit of 32 rises to the burst of 64 instead), none is refused, and
+    the limit the answers earned holds the whole flight. The latency this saves is measured
+    against plain requests by benchmarks/storm.py's healthy row, not timed here."""
+    waits: list[float | None] = []
+    real_wait = ConcurrencyLimit._wait_for_slot
+
+    def counted_wait(self: ConcurrencyLimit, deadline_at: float | None) -> bool:
+        waits.append(deadline_at)
+        return real_wait(self, deadline_at)
+
+    monkeypatch.setattr(ConcurrencyLimit, "_wait_for_slot", counted_wait)
     upstream.script("/slow", Reply(200, body=b"ok", delay=0.2))
     url = upstream.url("/slow")
-    took: dict[str, list[float]] = {"plain": [], "resilient": []}
-    statuses: Counter[tuple[str, int]] = Counter()
+    statuses: Counter[int] = Counter()
     lock = threading.Lock()
-    for rep in range(4):
-        for name in ("plain", "resilient") if rep % 2 == 0 else ("resilient", "plain"):
-            session = requests.Session() if name == "plain" else ResilientSession()
-            with session:
+    with ResilientSession() as session:
 
-                def body(_: int, session: requests.Session = session, name: str = name) -> None:
-                    for _round in range(3):
-                        started = time.monotonic()
-                        status = session.get(url, timeout=5).status_code
-                        with lock:
-                            took[name].append(time.monotonic() - started)
-                            statuses[name, status] += 1
+        def body(_: int) -> None:
+            for _round in range(3):
+                status = session.get(url, timeout=5).status_code
+                with lock:
+                    statuses[status] += 1
 
-                run_together(64, body, timeout=30)
-                if isinstance(session, ResilientSession):
-                    health = session.health()[_key(upstream)]
-                    assert (health.limited, health.refused, health.in_flight) == (0, 0, 0)
-    assert statuses == {("plain", 200): 768, ("resilient", 200): 768}
-    plain, resilient = _p99(took["plain"]), _p99(took["resilient"])
-    figures = f"p99 {resilient * 1000:.0f} ms against plain requests' {plain * 1000:.0f} ms"
-    assert resilient <= 1.1 * plain, figures
-
-
-def _p99(seconds: list[float]) -> float:
-    """The nearest-rank 99th percentile."""
-    return sorted(seconds)[math.ceil(0.99 * len(seconds)) - 1]
+        run_together(64, body, timeout=30)
+        health = session.health()[_key(upstream)]
+    assert (statuses, len(waits)) == ({200: 192}, 0)
+    assert (health.limited, health.refused, health.in_flight) == (0, 0, 0)
+    assert health.limit >= 64
 
 
 def _key(upstream: FlakyUpstream) -> str:
