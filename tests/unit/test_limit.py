@@ -38,6 +38,23 @@ def cycle(limit: ConcurrencyLimit, signal: Signal) -> None:
     limit.release(signal)
 
 
+def test_after_fork_frees_every_slot_and_the_lock_and_keeps_the_limit(clock):
+    """In a forked child, the slots the parent's tries held and a lock held at the fork are
+    free: with every slot taken and the lock held, after_fork admits the limit's worth of
+    tries again, no more, and the limit AIMD had reached stays."""
+    limit = make(clock, initial=4, min=2, max=8, max_wait=0.0)
+    hold(limit, 4)
+    limit.release(Signal.SUCCESS)  # 4 in flight as it ends: near the limit, which grows to 5
+    hold(limit, 2)
+    assert limit.snapshot() == LimitSnapshot(5, 5, 0)
+    assert limit._lock.acquire(blocking=False)  # as a parent's thread inside it would
+    limit.after_fork()
+    assert limit.snapshot() == LimitSnapshot(5, 0, 0)
+    hold(limit, 5)
+    assert not limit.acquire(None)
+    assert limit.snapshot() == LimitSnapshot(5, 5, 1)
+
+
 def test_grows_by_one_per_success_while_half_the_limit_is_in_flight(clock):
     """With 5 of 10 in flight (the finishing try included) a success adds one; with 4, none."""
     limit = make(clock, initial=10)

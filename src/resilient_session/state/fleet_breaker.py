@@ -163,6 +163,10 @@ class FleetBreaker(CircuitBreaker):
                 self._success_at = self._clock.monotonic()
         return state, transition
 
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._batch_lock = threading.Lock()
+
     def exchange(self) -> BreakerReport:
         """What changed here since the last exchange; the batch starts afresh."""
         with self._lock:

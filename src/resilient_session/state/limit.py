@@ -184,6 +184,16 @@ class ConcurrencyLimit:
         self._limit = float(in_flight if signal is _SUCCESS and in_flight > initial else initial)
         self._cap = int(self._limit)
 
+    def after_fork(self) -> None:
+        """In a forked child, where only the forking thread runs: a fresh lock, every slot
+        free and no try waiting. The tries of a parent's threads never end there, so their
+        slots would never come back, and at the limit the child would refuse every call to
+        the host. No try forks while it holds a slot. The limit itself is kept."""
+        self._lock = threading.Lock()
+        self._slot_freed = None
+        self._in_flight = 0
+        self._waiting = 0
+
     def snapshot(self) -> LimitSnapshot:
         with self._lock:
             return LimitSnapshot(self._cap, self._in_flight, self._limited)
