@@ -17,6 +17,7 @@ from .body import read_body
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
+from .fork import track_adapter
 from .pipeline import Next, drive
 from .redact import sensitive_names
 from .stages import standard_chain
@@ -68,6 +69,7 @@ class ResilientAdapter(HTTPAdapter):
             self._own_registry = registry
         else:
             self.attach(registry)
+        track_adapter(self)
 
     @property
     def registry(self) -> HostRegistry:
@@ -174,6 +176,7 @@ class ResilientAdapter(HTTPAdapter):
         registry = self._fresh_registry(config)
         self.attach(registry)
         self._own_registry = registry
+        track_adapter(self)
 
 
 def start_call(

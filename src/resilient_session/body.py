@@ -53,19 +53,22 @@ def _read(
     raw = response.raw
     chunks: list[bytes] = []
     size = 0
+    cut: ReadTimeoutError | None = None
     while True:
         if deadline_at is not None:
             remaining = deadline_at - clock.monotonic()
             if remaining <= 0:
-                raise _exceeded(response, names)
+                raise _exceeded(response, names, cut)
             _bound_socket(raw, remaining)
         want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - size)
         try:
             chunk = raw.read1(want, decode_content=True)
         except ReadTimeoutError as exc:
-            if deadline_at is not None and deadline_at - clock.monotonic() <= 0:
-                raise _exceeded(response, names) from exc
-            raise requests.ConnectionError(exc, response=response) from exc
+            if deadline_at is None or deadline_at - clock.monotonic() > 0:
+                raise requests.ConnectionError(exc, response=response) from exc
+            # Raised at the top of the loop, outside this handler, so it carries no context.
+            cut = exc
+            continue
         # The same translation requests applies in Response.iter_content.
         except ProtocolError as exc:
             raise requests.exceptions.ChunkedEncodingError(exc) from exc
@@ -100,12 +103,15 @@ def _bound_socket(raw: Any, seconds: float) -> None:
             sock.settimeout(seconds)
 
 
-def _exceeded(response: requests.Response, names: frozenset[str]) -> DeadlineExceeded:
+def _exceeded(
+    response: requests.Response, names: frozenset[str], cut: ReadTimeoutError | None = None
+) -> DeadlineExceeded:
     response.close()
     return DeadlineExceeded(
         f"deadline ran out while reading the body of {response.status_code} from "
         f"{redact_url(response.url or '', names)}",
         request=response.request,
+        original=cut,
     )
 
 

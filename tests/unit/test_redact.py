@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resilient_session.redact import SENSITIVE_PARAMS, redact_text, redact_url, sensitive_names
+from resilient_session.redact import (
+    SENSITIVE_PARAMS,
+    _name_pattern,
+    redact_text,
+    redact_url,
+    sensitive_names,
+)
 
 
 @pytest.mark.parametrize(
@@ -206,3 +212,20 @@ def test_a_login_inside_a_query_value_is_dropped():
     """A redirect target carried in the query keeps its URL but not its user:password@."""
     url = "https://app.test/login?next=http://alice:s3cret@idp.test/cb&page=2"
     assert redact_url(url) == "https://app.test/login?next=http://idp.test/cb&page=2"
+
+
+SHORT_NAMES = st.text(alphabet=st.sampled_from("aAb.-_["), min_size=1, max_size=4)
+
+
+@settings(max_examples=500)
+@given(
+    names=st.frozensets(SHORT_NAMES.map(str.lower), min_size=1, max_size=8),
+    query=st.text(alphabet=st.sampled_from("aAb.-_[]&;= "), max_size=20),
+)
+def test_the_quick_name_check_agrees_with_one_alternative_per_name(names, query):
+    """The prefix-sharing pattern finds a listed name in a query exactly where a pattern with
+    one alternative per name, longest first, does: shared prefixes, names that are prefixes
+    of others and regex characters included."""
+    plain = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    oracle = re.compile(rf"(?:^|[&;\[\]])\s*(?:{plain})\s*(?:[=&;\[\]]|$)", re.IGNORECASE)
+    assert (_name_pattern(names).search(query) is None) is (oracle.search(query) is None)

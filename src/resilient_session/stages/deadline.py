@@ -78,8 +78,9 @@ class EnforceDeadline:
                     f"deadline for {call.method} {call.state.key} ran out during try "
                     f"{attempt.number}: {redact_text(str(timed_out), self._redact)}",
                     request=attempt.request,
+                    # Kept, not chained: urllib3's text in it quotes the whole URL.
+                    original=timed_out,
                 )
-                exceeded.__cause__ = timed_out
                 return Outcome(error=exceeded)
         return outcome
 

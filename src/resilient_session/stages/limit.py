@@ -84,7 +84,7 @@ class LimitConcurrency:
             return _IGNORE
         if isinstance(error, DeadlineExceeded):
             connect, read = split_timeout(attempt.timeout)
-            own = connect if isinstance(error.__cause__, requests.ConnectTimeout) else read
+            own = connect if isinstance(error.original, requests.ConnectTimeout) else read
             if own is not None and self._clock.monotonic() - started >= own:
                 return _DROP
             return _IGNORE

@@ -3,7 +3,6 @@ reply taken in, and what a failed sync does to the batch. No I/O here: the backe
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Any, Final
@@ -16,6 +15,7 @@ from .fleet_breaker import BreakerReport, FleetBreaker, StateCode
 from .fleet_budget import FleetBucket
 from .fleet_throttle import FleetThrottle
 from .limit import ConcurrencyLimit
+from .lua import CORRECTED_BREAKER, CORRECTED_BUDGET, CORRECTED_THROTTLE, CORRECTED_WORKERS
 
 # Keys outlive the longest state they hold (an opening, a throttle window) twice over, and
 # at least this long, so a host that goes quiet for a while keeps its fleet state.
@@ -23,6 +23,7 @@ _MIN_TTL_MS: Final = 300_000
 # A reopening lasts up to this much longer at random, as CircuitBreaker's does.
 _REOPEN_JITTER: Final = 0.2
 _CLOSED = BreakerState.CLOSED
+_EVERYTHING: Final = CORRECTED_BREAKER | CORRECTED_BUDGET | CORRECTED_THROTTLE | CORRECTED_WORKERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ def take_batch(host: SyncedHost, worker: str, alive_ms: int, jitter: random.Rand
         report.open_for_ms,
         report.generation,
         report.failure_run,
-        int(report.success_seen),
+        report.success_age_ms,
         int(report.change),
         breaker.failure_threshold,
         round(breaker.recovery_timeout * 1000),
@@ -130,6 +131,7 @@ def take_batch(host: SyncedHost, worker: str, alive_ms: int, jitter: random.Rand
         accepts,
         repr(width_ms),
         buckets,
+        report.run_age_ms,
     )
     return Batch(report, deposits, withdrawals, tries, accepts, own_tries, own_accepts, args)
 
@@ -149,21 +151,44 @@ def isolate(host: SyncedHost) -> None:
         host.throttle.isolate()
 
 
-def take_in(host: SyncedHost, batch: Batch, reply: Any) -> None:
-    """Take in the fleet's state for *host* from the script's *reply*; a malformed reply is
-    ignored, and the host keeps its local state until a good one comes."""
+def take_in(host: SyncedHost, batch: Batch, reply: Any) -> int:
+    """Take in the fleet's state for *host* from the script's *reply*.
+
+    Every value is checked as if a stranger wrote it: one out of range is clamped to what this
+    host's policy allows; a reply that is malformed as a whole is ignored, and the host keeps
+    its local state until a good one comes. Returns what was corrected, here or by the script
+    (a sum of ``lua.CORRECTED_*``; every bit set when the reply was ignored), to be logged.
+    """
     try:
         state, open_ms, generation, tokens, tries, accepts, workers, failures = reply[:8]
+        corrected = int(reply[8]) if len(reply) > 8 else 0
         code = StateCode(int(state))
         open_for = int(open_ms) / 1000
         fleet_tokens = float(tokens)
-        counts = int(tries), int(accepts), int(workers), int(generation), max(0, int(failures))
+        counts = int(tries), int(accepts), int(workers), int(generation), int(failures)
     except (TypeError, ValueError, IndexError):
-        return
-    if not math.isfinite(fleet_tokens) or code is StateCode.HALF_OPEN:
-        return
+        return _EVERYTHING
+    policy = host.policy
+    if code is StateCode.HALF_OPEN or counts[3] < 0:
+        return _EVERYTHING
+    if not 0.0 <= open_for <= policy.breaker.recovery_timeout_max:
+        open_for = min(max(0.0, open_for), policy.breaker.recovery_timeout_max)
+        corrected |= CORRECTED_BREAKER
+    if not 0 <= counts[4] <= policy.breaker.failure_threshold:
+        counts = (*counts[:4], min(max(0, counts[4]), policy.breaker.failure_threshold))
+        corrected |= CORRECTED_BREAKER
+    tokens_valid = 0.0 <= fleet_tokens <= policy.budget.max_tokens  # NaN fails it too
+    if not tokens_valid:
+        corrected |= CORRECTED_BUDGET
+    if counts[2] < 1:
+        counts = (counts[0], counts[1], 1, *counts[3:])
+        corrected |= CORRECTED_WORKERS
+    if counts[0] < 0 or not 0 <= counts[1] <= counts[0]:
+        counts = (max(0, counts[0]), min(max(0, counts[1]), max(0, counts[0])), *counts[2:])
+        corrected |= CORRECTED_THROTTLE
     transition = host.breaker.adopt(code, open_for, counts[3], counts[4])
-    host.bucket.adopt(fleet_tokens, counts[2])
+    if tokens_valid:
+        host.bucket.adopt(fleet_tokens, counts[2])
     throttle = host.throttle
     if throttle is not None:
         throttle.adopt(counts[0], counts[1], batch.own_tries, batch.own_accepts)
@@ -173,3 +198,4 @@ def take_in(host: SyncedHost, batch: Batch, reply: Any) -> None:
             # healthy by the fleet.
             throttle.reset()
         emit_transition(transition)
+    return corrected

@@ -60,19 +60,39 @@ class BreakerReport:
     # The fleet generation this breaker last adopted; a change made against an older one lost
     # a race with another worker's and is dropped by the store.
     generation: int
-    # Consecutive failures at the end of the batch, and whether a success came before them
-    # (it ends the fleet's run of failures, as it ends a local one).
+    # Consecutive failures at the end of the batch, and when the first of them came
+    # (this clock's monotonic seconds; 0 without a run).
     failure_run: int
+    run_started_at: float
+    # Whether the batch holds a success, and when the last run of successes began: no later
+    # than its last success, so a failure the fleet counted after it is never taken as older.
     success_seen: bool
+    success_at: float
     change: Change
+    # When the batch was taken: the times above are sent as ages from it, as the workers'
+    # clocks need not agree.
+    taken_at: float
+
+    @property
+    def run_age_ms(self) -> int:
+        """Milliseconds from the first trailing failure to the exchange; 0 without a run."""
+        return round((self.taken_at - self.run_started_at) * 1000) if self.failure_run else 0
+
+    @property
+    def success_age_ms(self) -> int:
+        """Milliseconds from the last run of successes' start to the exchange; -1 without."""
+        return round((self.taken_at - self.success_at) * 1000) if self.success_seen else -1
 
 
 class FleetBreaker(CircuitBreaker):
     """A circuit breaker whose failures count fleet-wide and whose openings every worker
     follows.
 
-    A failure while closed wakes the sync thread (*wake*): it may be the one that opens the
-    breaker for the fleet. Successes on a healthy host only set a flag.
+    The fleet's run is the failures any worker saw after the latest success any worker saw,
+    in time (docs/fleet.md): each batch carries its trailing failures with the time the first
+    of them came, and the time of its last success. A failure while closed wakes the sync
+    thread (*wake*): it may be the one that opens the breaker for the fleet. Successes on a
+    healthy host only note the time the first of them came.
     """
 
     def __init__(
@@ -88,7 +108,9 @@ class FleetBreaker(CircuitBreaker):
         # Its own lock, never held with the breaker's: the batch is not the state machine.
         self._batch_lock = threading.Lock()
         self._failure_run = 0
+        self._run_started_at = 0.0
         self._success_seen = False
+        self._success_at = 0.0
         self._change = Change.NONE
         self._generation = 0
         # The fleet's run of failures as of the last sync, these workers' included.
@@ -102,10 +124,13 @@ class FleetBreaker(CircuitBreaker):
         # The fleet's run as last read plus this worker's failures since (this one included,
         # not yet in the batch) is a run that already happened: reaching the threshold opens
         # here at once rather than a round trip later, and the opening goes out to the fleet.
+        # A success here since the last read came after every failure in that run, so it
+        # ended it: the local run alone is what counts then, and the local rule has it.
         if (
             transition is None
             and result is _FAILURE
             and self._fleet_failures
+            and not self._success_seen
             and self._fleet_failures + self._failure_run + 1 >= self._policy.failure_threshold
         ):
             return self._open()
@@ -125,30 +150,43 @@ class FleetBreaker(CircuitBreaker):
             pass
         elif result is _FAILURE:
             with self._batch_lock:
+                if not self._failure_run:
+                    self._run_started_at = self._clock.monotonic()
                 self._failure_run += 1
             self._wake()
         elif result is _SUCCESS and (self._failure_run or not self._success_seen):
+            # Only the first success of a run of them reads the clock: a healthy host pays
+            # for one per sync interval, not one per try.
             with self._batch_lock:
                 self._failure_run = 0
                 self._success_seen = True
+                self._success_at = self._clock.monotonic()
         return state, transition
+
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._batch_lock = threading.Lock()
 
     def exchange(self) -> BreakerReport:
         """What changed here since the last exchange; the batch starts afresh."""
         with self._lock:
             state = self._state
             self._exchanged_epoch = self._epoch
+            now = self._clock.monotonic()
             open_for = 0.0
             if state is _OPEN:
-                open_for = max(0.0, self._open_until - self._clock.monotonic())
+                open_for = max(0.0, self._open_until - now)
         with self._batch_lock:
             report = BreakerReport(
-                _CODES[state],
-                round(open_for * 1000),
-                self._generation,
-                self._failure_run,
-                self._success_seen,
-                self._change,
+                state=_CODES[state],
+                open_for_ms=round(open_for * 1000),
+                generation=self._generation,
+                failure_run=self._failure_run,
+                run_started_at=self._run_started_at,
+                success_seen=self._success_seen,
+                success_at=self._success_at,
+                change=self._change,
+                taken_at=now,
             )
             self._failure_run = 0
             self._success_seen = False
@@ -211,8 +249,11 @@ class FleetBreaker(CircuitBreaker):
         """
         with self._batch_lock:
             if not self._success_seen:
+                if report.failure_run:
+                    self._run_started_at = report.run_started_at
                 self._failure_run += report.failure_run
                 self._success_seen = report.success_seen
+                self._success_at = report.success_at
             if self._change is Change.NONE:
                 self._change = report.change
 

@@ -38,7 +38,13 @@ from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
 from .fleet_breaker import FleetBreaker
 from .fleet_budget import FleetBucket
 from .fleet_throttle import FleetThrottle
-from .lua import SYNC
+from .lua import (
+    CORRECTED_BREAKER,
+    CORRECTED_BUDGET,
+    CORRECTED_THROTTLE,
+    CORRECTED_WORKERS,
+    SYNC,
+)
 from .roster import Roster
 
 # A worker is counted in a host's budget split while it synced within this many intervals.
@@ -49,6 +55,16 @@ _OUTAGE_SYNCS: Final = 2
 # A fork waits at most this long for a sync in flight: one lasts a few timeout_ms, and
 # one waiting on Redis past this holds only its socket.
 _FORK_WAIT: Final = 5.0
+
+# Hosts told of by a state.corrected event, at most: a prefix written over wholesale is one
+# incident, not one warning per host held.
+_MAX_CORRECTED_SHOWN: Final = 100
+_CORRECTED_NAMES: Final = (
+    (CORRECTED_BREAKER, "breaker"),
+    (CORRECTED_BUDGET, "budget"),
+    (CORRECTED_THROTTLE, "throttle"),
+    (CORRECTED_WORKERS, "workers"),
+)
 
 _live: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
 
@@ -104,6 +120,8 @@ class RedisBackend:
 
     def _begin(self) -> None:
         """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
+        # Hosts whose corrected values were logged already.
+        self._corrected: set[str] = set()
         self._wake = threading.Event()
         self._closed = False
         self._degraded_at: float | None = None
@@ -216,10 +234,25 @@ class RedisBackend:
                 # reply comes, not on a fleet's run of failures it can no longer read.
                 isolate(host)
             else:
-                # A malformed reply leaves the host as it was.
-                take_in(host, batch, reply)
+                corrected = take_in(host, batch, reply)
+                if corrected and host.breaker.host not in self._corrected:
+                    self._report_corrected(host.breaker.host, corrected)
         roster.read(hosts)
         self._restore()
+
+    def _report_corrected(self, key: str, corrected: int) -> None:
+        """One ``state.corrected`` per host and process: values under the prefix that no
+        worker's script writes, which someone else put there."""
+        if len(self._corrected) >= _MAX_CORRECTED_SHOWN:
+            return
+        self._corrected.add(key)
+        emit_state_change(
+            "state.corrected",
+            backend=self.name,
+            url=self._url_shown,
+            host=key,
+            fields=",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit),
+        )
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
         """One EVALSHA per host in one pipeline, one round trip. A server that lost the script

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
@@ -175,6 +177,7 @@ class HostRegistry:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
         self.backend.serve(self.guards)
+        _live.add(self)
 
     def __len__(self) -> int:
         with self._lock:
@@ -227,6 +230,19 @@ class HostRegistry:
             states = list(self._hosts.values())
         return [_held(state) for state in states]
 
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks, and no concurrency-limit slot or half-open probe
+        taken, for every host. The child runs only the forking thread, so a lock, slot or
+        probe a parent's thread held at the fork would never be given back there."""
+        self._lock = threading.Lock()
+        for state in self._hosts.values():  # no lock: no other thread runs in the child
+            state.breaker.after_fork()
+            state.bucket.after_fork()
+            if state.throttle is not None:
+                state.throttle.after_fork()
+            if state.limit is not None:
+                state.limit.after_fork()
+
     def close(self) -> None:
         """Release what the state backend holds (redis: its sync thread and connections).
 
@@ -274,3 +290,18 @@ class HostRegistry:
 
 def _held(state: HostState) -> Held:
     return state.key, state.policy, (state.breaker, state.bucket, state.throttle), state.limit
+
+
+_live: weakref.WeakSet[HostRegistry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for registry in list(_live):
+        registry.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    # Registered when this module is first imported, which the package's own import does
+    # before the redis backend can register its hook: hooks run in the child in registration
+    # order, so every lock here is fresh before a backend's new sync thread can take one.
+    os.register_at_fork(after_in_child=_after_fork_in_child)
