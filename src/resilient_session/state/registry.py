@@ -14,7 +14,7 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.policy import HostPolicy
 
-from .backend import Guards, StateBackend, open_backend
+from .backend import Held, StateBackend, open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .limit import ConcurrencyLimit, LimitSnapshot
@@ -220,14 +220,15 @@ class HostRegistry:
             self._last = (origin, state)
         # Outside the registry's lock: no code path holds two locks.
         if state is fresh:
-            self.backend.added(key)
+            self.backend.added(_held(state))
         return state
 
-    def guards(self) -> list[tuple[str, HostPolicy, Guards]]:
-        """Each host's key, policy and guards now: what a state backend keeps in step."""
+    def guards(self) -> list[Held]:
+        """Each host's key, policy, guards and concurrency limit now: what a state backend
+        keeps in step."""
         with self._lock:
             states = list(self._hosts.values())
-        return [(s.key, s.policy, (s.breaker, s.bucket, s.throttle)) for s in states]
+        return [_held(state) for state in states]
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks, and no concurrency-limit slot or half-open probe
@@ -285,6 +286,10 @@ class HostRegistry:
                 state_degraded=degraded,
             )
         return result
+
+
+def _held(state: HostState) -> Held:
+    return state.key, state.policy, (state.breaker, state.bucket, state.throttle), state.limit
 
 
 _live: weakref.WeakSet[HostRegistry] = weakref.WeakSet()
