@@ -7,12 +7,13 @@ import random
 
 from resilient_session.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session.backoff import full_jitter, overload_backoff, parse_retry_after
-from resilient_session.classify import Tier, classify
+from resilient_session.classify import meaning_of
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
 from resilient_session.intent import caller_retries
 from resilient_session.pipeline import Next
 from resilient_session.state.breaker import BreakerState
+from resilient_session.state.meaning import Tier
 
 _SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
@@ -51,7 +52,7 @@ class Decide:
             return Decision(Verdict.FAIL_FAST, outcome.refused)
         call = attempt.call
         policy = call.state.policy.retry
-        tier = classify(outcome, policy)
+        tier = meaning_of(outcome, call.state.table).tier
         if tier is Tier.SUCCESS:
             return _SUCCESS
         if tier is Tier.NEVER:

@@ -18,6 +18,7 @@ from .backend import Held, StateBackend, open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .limit import ConcurrencyLimit, LimitSnapshot
+from .meaning import TryTable, table_for
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -40,6 +41,8 @@ class HostState:
     default_timeout: tuple[float, float]
     # None when the policy disables it: the stage then costs one attribute check.
     limit: ConcurrencyLimit | None
+    # What a finished try means to decide and to each guard, by this host's statuses.
+    table: TryTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,7 @@ class HostRegistry:
             throttle,
             (policy.timeout.connect, policy.timeout.read),
             ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
+            table_for(policy.retry),
         )
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
