@@ -18,6 +18,7 @@ from ._pipeline.drive import Next, drive
 from ._pipeline.stages import standard_chain
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
+from ._transport.fork import track_adapter
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
@@ -68,6 +69,7 @@ class ResilientAdapter(HTTPAdapter):
             self._own_registry = registry
         else:
             self.attach(registry)
+        track_adapter(self)
 
     @property
     def registry(self) -> HostRegistry:
@@ -174,6 +176,7 @@ class ResilientAdapter(HTTPAdapter):
         registry = self._fresh_registry(config)
         self.attach(registry)
         self._own_registry = registry
+        track_adapter(self)
 
 
 def start_call(

@@ -654,8 +654,7 @@ def test_a_fork_during_a_sync_leaves_the_child_no_lock_held(redis_server, key_pr
         return hosts_now()
 
     try:
-        backend._source = slow_hosts_now
-        backend.wake()
+        backend.serve(slow_hosts_now)
         assert inside.wait(5.0)
         pid = os.fork()
         if pid == 0:  # the child: report through the exit status only

@@ -42,7 +42,15 @@ def _session(url: str, prefix: str, **sections: Any) -> ResilientSession:
     }
     for name, values in sections.items():
         defaults[name] = {**defaults.get(name, {}), **values}
-    state = {"backend": "redis", "url": url, "key_prefix": prefix, "sync_interval_ms": INTERVAL_MS}
+    # A generous timeout_ms: a sync that corrects 10,000 members must not lose its reply on
+    # a loaded machine, or the correction is made but never logged.
+    state = {
+        "backend": "redis",
+        "url": url,
+        "key_prefix": prefix,
+        "sync_interval_ms": INTERVAL_MS,
+        "timeout_ms": 500,
+    }
     return ResilientSession({"defaults": defaults, "state": state})
 
 

@@ -227,7 +227,7 @@ def test_throttled_refusal():
 def test_concurrency_limited_refusal():
     """With the host's one slot held by a hanging try, the next call's ConcurrencyLimitError
     prints no secret."""
-    limit = {"initial": 1, "min": 1, "max_wait": 0.1}
+    limit = {"initial": 1, "initial_burst": 1, "min": 1, "max_wait": 0.1}
     with FlakyUpstream() as upstream, session_with(retry={"max_attempts": 1}, limit=limit) as s:
         path = "/p;jsessionid=jsession-s3cret/items"
         upstream.script(path, Hang(5.0), cycle=True)

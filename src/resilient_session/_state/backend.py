@@ -11,7 +11,7 @@ from resilient_session.errors import ConfigError
 
 from .breaker import CircuitBreaker
 from .budget import TokenBucket
-from .interface import Guards, HostsNow, StateBackend
+from .interface import Guards, Held, HostsNow, StateBackend
 from .throttle import AdaptiveThrottle
 
 
@@ -37,7 +37,7 @@ class MemoryBackend:
     def serve(self, hosts: HostsNow) -> None:
         """Nothing to keep in step: the guards are the state."""
 
-    def added(self, key: str) -> None:
+    def added(self, host: Held) -> None:
         """Nothing to do."""
 
     def close(self) -> None:

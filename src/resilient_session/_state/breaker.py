@@ -228,6 +228,14 @@ class CircuitBreaker:
             self._window_failures = 0
         return transition
 
+    def after_fork(self) -> None:
+        """In a forked child, where only the forking thread runs: a fresh lock, and no probe
+        in flight. One a parent's thread held at the fork is never given back there: the lock
+        would hang the child's first call, the probe slot refuse every call of a half-open
+        breaker for good. No try forks from under the lock or while it holds a probe."""
+        self._lock = threading.Lock()
+        self._probes = 0
+
     def snapshot(self) -> BreakerSnapshot:
         with self._lock:
             open_for = 0.0

@@ -79,6 +79,10 @@ class TokenBucket:
             )
         self._refilled_at = max(now, self._refilled_at)
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock, as one a parent's thread held stays held there."""
+        self._lock = threading.Lock()
+
     def snapshot(self) -> BudgetSnapshot:
         with self._lock:
             self._refill()

@@ -10,12 +10,16 @@ from resilient_session.config.policy import HostPolicy
 
 from .breaker import CircuitBreaker
 from .budget import TokenBucket
+from .limit import ConcurrencyLimit
 from .throttle import AdaptiveThrottle
 
 # A host's guards, as a backend builds them: the throttle is None when the policy disables it.
 Guards = tuple[CircuitBreaker, TokenBucket, AdaptiveThrottle | None]
-# What the registry holds now: each host's key, policy and guards.
-HostsNow = Callable[[], list[tuple[str, HostPolicy, Guards]]]
+# One host as the registry holds it: its key, policy and guards, and its concurrency limit
+# (None when disabled), whose tries in flight say the host is in use.
+Held = tuple[str, HostPolicy, Guards, ConcurrencyLimit | None]
+# What the registry holds now.
+HostsNow = Callable[[], list[Held]]
 
 
 class StateBackend(Protocol):
@@ -40,8 +44,9 @@ class StateBackend(Protocol):
         """Keep in step, from now on, the guards *hosts* returns at each moment: exactly the
         registry's, evictions and races included, with no list of its own to drift."""
 
-    def added(self, key: str) -> None:
-        """The registry just made *key*'s guards: a chance to bring them in step soon."""
+    def added(self, host: Held) -> None:
+        """The registry just made *host*'s guards (and may have evicted another host's): a
+        chance to bring them in step soon."""
 
     def close(self) -> None:
         """Release what the backend holds (a thread, connections); the guards keep working

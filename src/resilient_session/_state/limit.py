@@ -4,8 +4,16 @@ The rule is the loss-based one of Netflix's concurrency-limits (``AIMDLimit``) a
 Dialogue: a try that comes back in time while the flight is near the limit adds one to it; a
 try the host dropped (a timeout, a transport error, an overload status) multiplies it by
 ``backoff_ratio``; ``min`` and ``max`` bound it. Dialogue's "cautious" variant adds 1/limit
-per success; one per success is Netflix's, and lets a burst of three times the limit in within
-one round trip (see docs/configuration.md), which is what a healthy host needs.
+per success; one per success is Netflix's, and doubles the limit per round trip while the
+flight fills it, as TCP's slow start does.
+
+Growth needs answers, so a burst that arrives at once on a host that has not answered yet
+would wait a round trip for them. Until the first answer, a try that finds the flight at the
+limit raises it to ``initial_burst`` instead; the first answer then sets it on evidence: the
+flight it came back from (if more than ``initial``) for a success, ``initial`` times
+``backoff_ratio`` for a drop. A host that hangs from its first try thus gets ``initial_burst``
+tries; one that hangs after answering gets the limit its answers earned (see
+docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ class Signal(Enum):
 
 _SUCCESS = Signal.SUCCESS
 _DROP = Signal.DROP
+_IGNORE = Signal.IGNORE
 
 Waiter = Callable[[threading.Condition, float], object]
 """Blocks on the condition (its lock held) for at most the given seconds of the clock's time."""
@@ -56,6 +65,7 @@ class ConcurrencyLimit:
 
     # A registry keeps up to max_hosts of these: slots, and the condition made on first wait.
     __slots__ = (
+        "_burst",
         "_cap",
         "_clock",
         "_in_flight",
@@ -81,6 +91,10 @@ class ConcurrencyLimit:
         self._limit = float(policy.initial)
         # int(self._limit), kept beside it so admission compares two ints.
         self._cap = policy.initial
+        # What the limit rises to when a host that has not answered yet is sent more than
+        # initial at once; 0 once it has answered, or when that would be no rise at all.
+        burst = min(policy.max, policy.initial_burst)
+        self._burst = burst if burst > policy.initial else 0
         self._in_flight = 0
         self._waiting = 0
         self._limited = 0
@@ -98,6 +112,13 @@ class ConcurrencyLimit:
         """
         with self._lock:
             if self._in_flight < self._cap:
+                self._in_flight += 1
+                return True
+            if self._in_flight < self._burst:
+                # No answer yet, so no growth yet: a waiting try would wait a whole round
+                # trip. The first answer puts the limit back on evidence (_end_burst).
+                self._cap = self._burst
+                self._limit = float(self._burst)
                 self._in_flight += 1
                 return True
             return self._wait_for_slot(deadline_at)
@@ -132,6 +153,8 @@ class ConcurrencyLimit:
         with self._lock:
             in_flight = self._in_flight
             self._in_flight = in_flight - 1
+            if self._burst and signal is not _IGNORE:
+                self._end_burst(signal, in_flight)
             if signal is _SUCCESS:
                 # "Near the limit": at least half of it in flight, this try included. Below
                 # that the limit is not what bounds the flight, and a success there proves
@@ -149,6 +172,27 @@ class ConcurrencyLimit:
                 free = self._cap - self._in_flight
                 if free > 0 and self._slot_freed is not None:
                     self._slot_freed.notify(free)
+
+    def _end_burst(self, signal: Signal, in_flight: int) -> None:
+        """The host's first answer (the lock held): the limit it came back under replaces
+        the burst, which no answer had vouched for. A success shows the host answering with
+        *in_flight* tries out, so the limit keeps that much (from there the rule in
+        :meth:`release` adds one); a drop shows nothing held, so the burst counts for none
+        and the limit falls from ``initial``."""
+        self._burst = 0
+        initial = self._policy.initial
+        self._limit = float(in_flight if signal is _SUCCESS and in_flight > initial else initial)
+        self._cap = int(self._limit)
+
+    def after_fork(self) -> None:
+        """In a forked child, where only the forking thread runs: a fresh lock, every slot
+        free and no try waiting. The tries of a parent's threads never end there, so their
+        slots would never come back, and at the limit the child would refuse every call to
+        the host. No try forks while it holds a slot. The limit itself is kept."""
+        self._lock = threading.Lock()
+        self._slot_freed = None
+        self._in_flight = 0
+        self._waiting = 0
 
     def snapshot(self) -> LimitSnapshot:
         with self._lock:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
@@ -15,8 +17,9 @@ from resilient_session.config.policy import HostPolicy
 from .backend import open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
-from .interface import Guards, StateBackend
+from .interface import Held, StateBackend
 from .limit import ConcurrencyLimit, LimitSnapshot
+from .meaning import TryTable, table_for
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -39,6 +42,8 @@ class HostState:
     default_timeout: tuple[float, float]
     # None when the policy disables it: the stage then costs one attribute check.
     limit: ConcurrencyLimit | None
+    # What a finished try means to decide and to each guard, by this host's statuses.
+    table: TryTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,7 @@ class HostRegistry:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
         self.backend.serve(self.guards)
+        _live.add(self)
 
     def __len__(self) -> int:
         with self._lock:
@@ -209,6 +215,7 @@ class HostRegistry:
             throttle,
             (policy.timeout.connect, policy.timeout.read),
             ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
+            table_for(policy.retry),
         )
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
@@ -218,14 +225,28 @@ class HostRegistry:
             self._last = (origin, state)
         # Outside the registry's lock: no code path holds two locks.
         if state is fresh:
-            self.backend.added(key)
+            self.backend.added(_held(state))
         return state
 
-    def guards(self) -> list[tuple[str, HostPolicy, Guards]]:
-        """Each host's key, policy and guards now: what a state backend keeps in step."""
+    def guards(self) -> list[Held]:
+        """Each host's key, policy, guards and concurrency limit now: what a state backend
+        keeps in step."""
         with self._lock:
             states = list(self._hosts.values())
-        return [(s.key, s.policy, (s.breaker, s.bucket, s.throttle)) for s in states]
+        return [_held(state) for state in states]
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks, and no concurrency-limit slot or half-open probe
+        taken, for every host. The child runs only the forking thread, so a lock, slot or
+        probe a parent's thread held at the fork would never be given back there."""
+        self._lock = threading.Lock()
+        for state in self._hosts.values():  # no lock: no other thread runs in the child
+            state.breaker.after_fork()
+            state.bucket.after_fork()
+            if state.throttle is not None:
+                state.throttle.after_fork()
+            if state.limit is not None:
+                state.limit.after_fork()
 
     def close(self) -> None:
         """Release what the state backend holds (redis: its sync thread and connections).
@@ -270,3 +291,22 @@ class HostRegistry:
                 state_degraded=degraded,
             )
         return result
+
+
+def _held(state: HostState) -> Held:
+    return state.key, state.policy, (state.breaker, state.bucket, state.throttle), state.limit
+
+
+_live: weakref.WeakSet[HostRegistry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for registry in list(_live):
+        registry.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    # Registered when this module is first imported, which the package's own import does
+    # before the redis backend can register its hook: hooks run in the child in registration
+    # order, so every lock here is fresh before a backend's new sync thread can take one.
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -145,6 +145,10 @@ class AdaptiveThrottle:
             self._total_tries = self._total_accepts = 0
             self._others_tries = self._others_accepts = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock, as one a parent's thread held stays held there."""
+        self._lock = threading.Lock()
+
     def snapshot(self) -> ThrottleSnapshot:
         with self._lock:
             self._slide(int(self._clock.monotonic() // self._width))

@@ -156,6 +156,9 @@ class LimitPolicy(StrictStruct, frozen=True):
 
     enabled: bool = True
     initial: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 32
+    # A host that has not answered yet may take up to this many at once (never fewer than
+    # initial, never more than max): docs/configuration.md says why.
+    initial_burst: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
     min: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 4
     max: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
     backoff_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.9

@@ -174,6 +174,18 @@ def test_ipv6_host_patterns():
         ({"hosts": {"[a.test": {}}}, 'hosts."[a.test": bad host pattern'),
         ({"hosts": {"": {}}}, 'hosts."": host pattern must be a non-empty string'),
         ({"registry": {"max_hosts": 0}}, "registry.max_hosts: expected int >= 1, got 0"),
+        (
+            {"defaults": {"limit": {"initial_burst": 0}}},
+            "defaults.limit.initial_burst: expected int >= 1, got 0",
+        ),
+        (
+            {"hosts": {"a.test": {"limit": {"initial_burst": 100_001}}}},
+            'hosts."a.test".limit.initial_burst: expected int <= 100000, got 100001',
+        ),
+        (
+            {"defaults": {"limit": {"initial_burst": 64.5}}},
+            "defaults.limit.initial_burst: expected int, got float 64.5",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_value(data, message):

@@ -71,7 +71,9 @@ def test_a_full_limit_refuses_the_first_try_after_max_wait(harness, clock, logs)
     """Nothing sent; the caller gets ConcurrencyLimitError (a CircuitOpenError and a
     ConnectionError) naming the host; the event says fail_fast/concurrency_limit; the
     breaker counts nothing; health counts it in limited and refused."""
-    h = harness({"defaults": {"limit": {"initial": 4, "min": 4, "max_wait": 0.25}}})
+    h = harness(
+        {"defaults": {"limit": {"initial": 4, "initial_burst": 4, "min": 4, "max_wait": 0.25}}}
+    )
     limit = limit_of(h)
     for _ in range(4):
         assert limit.acquire(None)
@@ -126,7 +128,8 @@ def test_a_refused_probe_gives_the_half_open_slot_back(harness, clock):
             "defaults": {
                 "retry": ONE_TRY,
                 "breaker": {"failure_threshold": 1, "recovery_timeout": 1.0},
-                "limit": {"initial": 4, "min": 4, "max_wait": 0.0},
+                # No burst: the 500 says nothing of capacity, so the host has not answered.
+                "limit": {"initial": 4, "initial_burst": 4, "min": 4, "max_wait": 0.0},
             }
         }
     )

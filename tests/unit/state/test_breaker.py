@@ -105,6 +105,25 @@ def test_probe_success_closes(clock):
     assert succeed(breaker) is BreakerState.CLOSED
 
 
+def test_after_fork_frees_the_probe_slot_and_the_lock(clock):
+    """In a forked child, a half-open probe and the lock a parent's thread held at the fork
+    are free: the child's breaker admits one probe (and only one), whose success closes it."""
+    breaker = make(clock, failure_threshold=1, recovery_timeout=1.0)
+    fail(breaker)
+    clock.advance(1.0)
+    parents, _ = breaker.allow()
+    assert parents is not None
+    assert parents.probe
+    assert breaker.allow()[0] is None
+    assert breaker._lock.acquire(blocking=False)  # as a parent's thread inside it would
+    breaker.after_fork()
+    childs, _ = breaker.allow()
+    assert childs is not None
+    assert childs.probe
+    assert breaker.allow()[0] is None
+    assert breaker.record(childs, TryResult.SUCCESS)[0] is BreakerState.CLOSED
+
+
 def reopen_durations(clock: FakeClock, breaker: CircuitBreaker, count: int) -> list[float]:
     """How long each of *count* consecutive openings lasted."""
     durations = []

@@ -21,6 +21,9 @@ HOST = "http://svc.test:80"
 
 
 def make(clock: FakeClock, **policy: Any) -> ConcurrencyLimit:
+    """A limit whose burst is off unless asked for (``initial_burst`` = ``initial``): the tests
+    of AIMD and of waiting start from a host that gets no more than ``initial`` at first."""
+    policy.setdefault("initial_burst", policy.get("initial", LimitPolicy().initial))
     return ConcurrencyLimit(HOST, LimitPolicy(**policy), clock)
 
 
@@ -33,6 +36,23 @@ def cycle(limit: ConcurrencyLimit, signal: Signal) -> None:
     """One more try in flight beside those held, ended with *signal*."""
     assert limit.acquire(None)
     limit.release(signal)
+
+
+def test_after_fork_frees_every_slot_and_the_lock_and_keeps_the_limit(clock):
+    """In a forked child, the slots the parent's tries held and a lock held at the fork are
+    free: with every slot taken and the lock held, after_fork admits the limit's worth of
+    tries again, no more, and the limit AIMD had reached stays."""
+    limit = make(clock, initial=4, min=2, max=8, max_wait=0.0)
+    hold(limit, 4)
+    limit.release(Signal.SUCCESS)  # 4 in flight as it ends: near the limit, which grows to 5
+    hold(limit, 2)
+    assert limit.snapshot() == LimitSnapshot(5, 5, 0)
+    assert limit._lock.acquire(blocking=False)  # as a parent's thread inside it would
+    limit.after_fork()
+    assert limit.snapshot() == LimitSnapshot(5, 0, 0)
+    hold(limit, 5)
+    assert not limit.acquire(None)
+    assert limit.snapshot() == LimitSnapshot(5, 5, 1)
 
 
 def test_grows_by_one_per_success_while_half_the_limit_is_in_flight(clock):

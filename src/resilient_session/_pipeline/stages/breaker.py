@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from resilient_session._observe.events import emit_transition
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
-from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._state.breaker import BreakerState, TryResult
-from resilient_session.errors import CircuitOpenError, DeadlineExceeded
+from resilient_session.errors import CircuitOpenError
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT
 _CLOSED = BreakerState.CLOSED
+_SUCCESS = TryResult.SUCCESS
 
 
 def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -39,7 +40,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         raise
     refused = outcome.refused
     state, transition = breaker.record(
-        permit, try_result(outcome), refused is None, refused is _DEADLINE_SPENT
+        permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
     )
     if transition is not None:
         if transition.to_state is _CLOSED:
@@ -56,21 +57,15 @@ def reset_throttle(attempt: Attempt) -> None:
         throttle.reset()
 
 
-def try_result(outcome: Outcome) -> TryResult:
-    """What a try says about the host's health.
+def try_result(attempt: Attempt, outcome: Outcome) -> TryResult:
+    """What a try says about the host's health: its row of the host's table (state.meaning).
 
-    Failures are transport errors, timeouts and 5xx. Any other answer proves the host alive,
-    429 included: a throttling host said when to come back. A try refused locally, or failed
-    for a reason of ours (TLS, a bad URL), says nothing either way; nor does a try cut short
-    by the caller's deadline (DeadlineExceeded: the deadline stage raises it only when the
-    deadline clamped the timeout below the host's own, the body reader only at the deadline),
-    since one impatient caller says nothing about the host. A try that runs into the host's
-    own timeout keeps its ReadTimeout or ConnectTimeout, and is a failure.
+    Failures are transport errors, timeouts of the host's own and 5xx. Any other answer
+    proves the host alive, 429 included: a throttling host said when to come back. A try
+    refused locally, failed for a reason of ours (TLS, a bad URL), or cut short by the caller's
+    deadline says nothing either way: one impatient caller says nothing about the host.
     """
     response = outcome.response
-    if response is not None:
-        return TryResult.FAILURE if response.status_code >= 500 else TryResult.SUCCESS
-    error = outcome.error
-    if outcome.refused is not None or isinstance(error, DeadlineExceeded):
-        return TryResult.NEUTRAL
-    return TryResult.FAILURE if is_transient_error(error) else TryResult.NEUTRAL
+    if response is not None and response.status_code < 400:
+        return _SUCCESS  # the table's first row, fixed whatever the tiers list
+    return meaning_of(outcome, attempt.call.state.table).breaker

@@ -7,10 +7,11 @@ import random
 
 from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session._pipeline.backoff import full_jitter, overload_backoff, parse_retry_after
-from resilient_session._pipeline.classify import Tier, classify
+from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._state.breaker import BreakerState
+from resilient_session._state.meaning import Tier
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
 
@@ -51,7 +52,7 @@ class Decide:
             return Decision(Verdict.FAIL_FAST, outcome.refused)
         call = attempt.call
         policy = call.state.policy.retry
-        tier = classify(outcome, policy)
+        tier = meaning_of(outcome, call.state.table).tier
         if tier is Tier.SUCCESS:
             return _SUCCESS
         if tier is Tier.NEVER:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import requests
 
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
-from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._state.limit import Signal
 from resilient_session._transport.timeouts import split_timeout
@@ -54,37 +54,18 @@ class LimitConcurrency:
         return outcome
 
     def _signal(self, attempt: Attempt, outcome: Outcome, started: float) -> Signal:
-        """What the try says about the host's capacity.
-
-        Any answer below 500 but the overload statuses is a success: the host took the try
-        and answered it, a 404 as well as a 200. The overload statuses (429 and 503 unless
-        configured otherwise) are drops, as are transport errors and timeouts: the host could
-        not take the try. Any other 5xx is ignored: the host answered, so it is not slow, but
-        a failing host is the breaker's and the throttle's to judge, and growing the limit on
-        its failures would send it more of them. A try refused inside (deadline spent) or
-        failed for a reason of ours (TLS, a bad URL) is ignored too.
+        """What the try says about the host's capacity: its row of the host's table
+        (state.meaning), but for one case the table cannot know.
 
         A try cut short by the caller's deadline (``DeadlineExceeded``) is a drop only when it
         lasted at least the host's own timeout, which would then have fired too: the host was
         slow. A shorter one only says the caller was impatient, as for the breaker.
         """
         error = outcome.error
-        if error is None:
-            response = outcome.response
-            if response is None:  # pragma: no cover - an Outcome always holds one of the two
-                return _IGNORE
-            status = response.status_code
-            if status < 400:
-                return _SUCCESS
-            if status in attempt.call.state.policy.retry.overload_statuses:
-                return _DROP
-            return _IGNORE if status >= 500 else _SUCCESS
-        if outcome.refused is not None:
-            return _IGNORE
-        if isinstance(error, DeadlineExceeded):
+        if isinstance(error, DeadlineExceeded) and outcome.refused is None:
             connect, read = split_timeout(attempt.timeout)
             own = connect if isinstance(error.original, requests.ConnectTimeout) else read
             if own is not None and self._clock.monotonic() - started >= own:
                 return _DROP
             return _IGNORE
-        return _DROP if is_transient_error(error) else _IGNORE
+        return meaning_of(outcome, attempt.call.state.table).limit

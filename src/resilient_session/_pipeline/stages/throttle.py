@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
-from resilient_session._pipeline.classify import is_transient_error
+from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
-from resilient_session.errors import DeadlineExceeded, ThrottledError
+from resilient_session.errors import ThrottledError
 
 
 def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -26,17 +26,10 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
             )
             return Outcome(error=error, refused=Reason.THROTTLED, fallback=attempt.last_real)
     outcome = call_next(attempt)
-    response = outcome.response
-    if response is not None:
-        status = response.status_code
-        throttle.record(status < 500 and status != 429)
-    elif (
-        outcome.refused is None
-        and is_transient_error(failure := outcome.error)
-        and not isinstance(failure, DeadlineExceeded)
-    ):
-        throttle.record(False)
-    # Neither an accept nor a try: a try an inner guard refused (the limit, the spent
+    accepted = meaning_of(outcome, state.table).accepted
+    if accepted is not None:
+        throttle.record(accepted)
+    # No try at all (accepted None): a try an inner guard refused (the limit, the spent
     # deadline) never reached the host, one the caller's deadline cut short says only that the
     # caller was in a hurry, and a TLS or URL error is ours. Counted as tries without an
     # accept they would read as failures, and one impatient caller would throttle a healthy

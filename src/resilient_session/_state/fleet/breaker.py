@@ -168,6 +168,10 @@ class FleetBreaker(CircuitBreaker):
                 self._success_at = self._clock.monotonic()
         return state, transition
 
+    def after_fork(self) -> None:
+        super().after_fork()
+        self._batch_lock = threading.Lock()
+
     def exchange(self) -> BreakerReport:
         """What changed here since the last exchange; the batch starts afresh."""
         with self._lock:
@@ -266,3 +270,29 @@ class FleetBreaker(CircuitBreaker):
             self._failure_run = 0
             self._success_seen = False
             self._change = Change.NONE
+
+    # Set by the sync thread when the host goes idle: the next try wakes it.
+    _dozing = False
+
+    def doze(self, dozing: bool = True) -> None:
+        """While dozing (no try here lately, so the host is no longer synced every interval),
+        the next try goes through allow(), which wakes the sync thread as a failure does: a
+        host called again after a quiet spell is read from the fleet at once. A closed
+        breaker's lock-free admission is withdrawn meanwhile; the happy path never looks."""
+        with self._lock:
+            self._dozing = dozing
+            if self._state is _CLOSED:
+                self.closed_admission = None if dozing else (self._closed_permit, None)
+
+    def allow(self) -> tuple[Permit | None, Transition | None]:
+        admission = self.closed_admission
+        if admission is not None:
+            return admission
+        if self._dozing:
+            with self._lock:
+                woke, self._dozing = self._dozing, False
+                if self._state is _CLOSED:
+                    self.closed_admission = (self._closed_permit, None)
+            if woke:
+                self._wake()
+        return super().allow()

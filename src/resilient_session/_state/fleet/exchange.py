@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from resilient_session._observe.events import emit_transition
 from resilient_session._state.breaker import BreakerState
+from resilient_session._state.limit import ConcurrencyLimit
 from resilient_session.config.policy import HostPolicy
 
 from .breaker import BreakerReport, FleetBreaker, StateCode
@@ -29,9 +30,12 @@ _EVERYTHING: Final = CORRECTED_BREAKER | CORRECTED_BUDGET | CORRECTED_THROTTLE |
 class SyncedHost:
     """One host's guards and the Redis keys they are kept in step with."""
 
+    key: str
     breaker: FleetBreaker
     bucket: FleetBucket
     throttle: FleetThrottle | None
+    # The host's concurrency limit, when enabled: its tries in flight keep the host in use.
+    limit: ConcurrencyLimit | None
     policy: HostPolicy
     keys: tuple[str, str, str, str]
     ttl_ms: int
@@ -45,14 +49,17 @@ class SyncedHost:
         breaker: FleetBreaker,
         bucket: FleetBucket,
         throttle: FleetThrottle | None,
+        limit: ConcurrencyLimit | None = None,
     ) -> SyncedHost:
         """The keys are *prefix* + host *key* + a suffix (docs/fleet.md lists them)."""
         base = prefix + key
         longest = max(policy.breaker.recovery_timeout_max, policy.throttle.window)
         return cls(
+            key,
             breaker,
             bucket,
             throttle,
+            limit,
             policy,
             (base + ":breaker", base + ":budget", base + ":throttle", base + ":workers"),
             max(_MIN_TTL_MS, round(2000 * longest)),
@@ -71,6 +78,21 @@ class Batch:
     own_tries: int
     own_accepts: int
     args: tuple[str | int | float, ...]
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to tell the fleet: no try counted, no state changed here since the last
+        batch. Every count the batch sends is looked at."""
+        report = self.breaker
+        return not (
+            report.failure_run
+            or report.success_seen
+            or report.change
+            or self.deposits
+            or self.withdrawals
+            or self.tries
+            or self.accepts
+        )
 
 
 def take_batch(host: SyncedHost, worker: str, alive_ms: int, jitter: random.Random) -> Batch:

@@ -1,9 +1,10 @@
 """The redis backend: each host's guards kept in step with a fleet's, off the caller's thread.
 
 A per-session daemon thread does every Redis round trip: every ``sync_interval_ms``, and at
-once when a failure may open a breaker, it sends each host's batch (the failures, successes,
-deposits, withdrawals and throttle counts since the last sync) and reads the fleet's state
-back, all hosts in one pipeline of one Lua script call each. A call only ever reads local
+once when a failure may open a breaker, it sends each host in use its batch (the failures,
+successes, deposits, withdrawals and throttle counts since the last sync) and reads the
+fleet's state back, all in one pipeline of one Lua script call per host; idle hosts are read
+a few at a time (``roster`` says which hosts a sync sends). A call only ever reads local
 fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
 guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
 per outage. docs/fleet.md says what is kept where and what is promised.
@@ -12,6 +13,7 @@ per outage. docs/fleet.md says what is kept where and what is promised.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import threading
@@ -26,7 +28,7 @@ from redis.retry import Retry
 
 from resilient_session._observe.events import emit_state_change
 from resilient_session._observe.redact import redact_store_message, redact_store_url
-from resilient_session._state.interface import Guards, HostsNow
+from resilient_session._state.interface import Guards, Held, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
 from resilient_session.errors import ConfigError
@@ -42,6 +44,7 @@ from .lua import (
     CORRECTED_WORKERS,
     SYNC,
 )
+from .roster import Roster
 from .throttle import FleetThrottle
 
 # A worker is counted in a host's budget split while it synced within this many intervals.
@@ -106,6 +109,9 @@ class RedisBackend:
             raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
         self._script = self._client.register_script(SYNC)
         self._source: HostsNow = list
+        # A host stays in use as long as a worker that stopped calling it stays counted in
+        # its budget split: a worker calling a host now and then is not dropped in between.
+        self._roster = Roster(policy.key_prefix, self._alive_ms / 1000, SYSTEM_CLOCK)
         # Held for each sync, and by a fork for its duration: a sync takes the registry's,
         # the guards' and redis-py's locks, and one held at a fork stays held in the child.
         self._syncing = threading.Lock()
@@ -114,8 +120,6 @@ class RedisBackend:
 
     def _begin(self) -> None:
         """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
-        # The registry's hosts as of the last sync, read and replaced by the sync thread only.
-        self._hosts: dict[str, SyncedHost] = {}
         # Hosts whose corrected values were logged already.
         self._corrected: set[str] = set()
         self._wake = threading.Event()
@@ -141,22 +145,25 @@ class RedisBackend:
         return self._closed
 
     def synced(self) -> list[str]:
-        """The host keys the last sync kept in step."""
-        return list(self._hosts)
+        """The host keys kept in step as of the last sync, idle ones included."""
+        return list(self._roster.hosts)
 
     def serves(self, wake: threading.Event) -> bool:
         """True while open and waking its thread with *wake* (a forked child has its own)."""
         return not self._closed and self._wake is wake
 
-    def wake(self) -> None:
-        """Sync soon: a failure may open a breaker. Looked up on each call, as a forked
-        child's thread waits on an event of its own."""
-        self._wake.set()
+    def _touch(self, key: str) -> None:
+        """Sync soon, host *key* included: a failure may open its breaker, or it was called
+        after a quiet spell. Looked up on each call, as a forked child's thread waits on an
+        event of its own; nothing is noted once closed, when no sync comes to take it."""
+        if not self._closed:
+            self._roster.touch(key)
+            self._wake.set()
 
     def build(self, key: str, policy: HostPolicy) -> Guards:
         clock, rng = self._clock, self._rng
         return (
-            FleetBreaker(key, policy.breaker, clock, rng, self.wake),
+            FleetBreaker(key, policy.breaker, clock, rng, functools.partial(self._touch, key)),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )
@@ -164,10 +171,12 @@ class RedisBackend:
     def serve(self, hosts: HostsNow) -> None:
         """Sync, from now on, the hosts *hosts* returns at each sync."""
         self._source = hosts
+        self._roster.changed()
         self._wake.set()
 
-    def added(self, key: str) -> None:
+    def added(self, host: Held) -> None:
         """Sync now: a new host's state is read from the fleet at once, not a tick later."""
+        self._roster.add(host)
         self._wake.set()
 
     def close(self) -> None:
@@ -184,22 +193,30 @@ class RedisBackend:
     def after_fork(self) -> None:
         """In a forked child: the parent's thread did not come along; start this worker's,
         with a worker id of its own, for the hosts the parent had."""
-        hosts = self._hosts
         self._begin()
-        self._hosts = hosts
 
     # -- the sync thread's side ----------------------------------------------------------------
 
     def sync(self) -> None:
-        """One round trip: every host's batch out, the fleet's state in. Never raises."""
+        """One round trip: the batches of the hosts in use out, the fleet's state in; idle
+        hosts a few at a time. Never raises."""
         with self._syncing:
             self._sync()
 
     def _sync(self) -> None:
-        hosts = self._current()
+        roster = self._roster
+        roster.refresh(self._source)
+        hosts: list[SyncedHost] = []
+        batches: list[Batch] = []
+        # After a failed sync, one host at least: a sync is how the backend learns that Redis
+        # is back, with no host in use as well.
+        for host, resting in roster.due(at_least_one=self._failed_syncs > 0):
+            batch = take_batch(host, self._worker, self._alive_ms, self._jitter)
+            if roster.keep(host, batch, resting):
+                hosts.append(host)
+                batches.append(batch)
         if not hosts:
             return
-        batches = [take_batch(host, self._worker, self._alive_ms, self._jitter) for host in hosts]
         try:
             replies = self._run_script(hosts, batches)
         except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
@@ -220,6 +237,7 @@ class RedisBackend:
                 corrected = take_in(host, batch, reply)
                 if corrected and host.breaker.host not in self._corrected:
                     self._report_corrected(host.breaker.host, corrected)
+        roster.read(hosts)
         self._restore()
 
     def _report_corrected(self, key: str, corrected: int) -> None:
@@ -235,22 +253,6 @@ class RedisBackend:
             host=key,
             fields=",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit),
         )
-
-    def _current(self) -> list[SyncedHost]:
-        """The registry's hosts now; the keys of one seen before are not built again."""
-        known = self._hosts
-        current: dict[str, SyncedHost] = {}
-        prefix = self._policy.key_prefix
-        for key, policy, (breaker, bucket, throttle) in self._source():
-            host = known.get(key)
-            if host is None or host.breaker is not breaker:
-                if not isinstance(breaker, FleetBreaker) or not isinstance(bucket, FleetBucket):
-                    continue
-                fleet_throttle = throttle if isinstance(throttle, FleetThrottle) else None
-                host = SyncedHost.of(key, prefix, policy, breaker, bucket, fleet_throttle)
-            current[key] = host
-        self._hosts = current
-        return list(current.values())
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
         """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
@@ -285,8 +287,10 @@ class RedisBackend:
             for host, batch in zip(hosts, batches, strict=True):
                 put_back(host, batch)
         else:
-            # An outage: the counts are this process's own from here on.
-            for host in hosts:
+            # An outage: the counts are this process's own from here on. Idle hosts too, at
+            # its start: the fleet's view they last read must not count while out of reach.
+            starts = self._failed_syncs + 1 == _OUTAGE_SYNCS
+            for host in self._roster.hosts.values() if starts else hosts:
                 isolate(host)
         now = SYSTEM_CLOCK.monotonic()
         if self._failing_since is None:
