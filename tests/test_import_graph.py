@@ -25,7 +25,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("resilient_session._state",),
     ("resilient_session.config",),
     ("resilient_session._observe",),
-    ("resilient_session.errors", "resilient_session.clock", "resilient_session.deadline"),
+    (
+        "resilient_session.errors",
+        "resilient_session.clock",
+        "resilient_session.deadline",
+        "resilient_session._compat",
+    ),
 )
 
 # The few imports allowed against the layers, each with its reason.

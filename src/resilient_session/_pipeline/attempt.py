@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import requests
 from requests.cookies import RequestsCookieJar
 
+from resilient_session._compat import request_cookies
 from resilient_session.errors import is_connect_failure
 
 if TYPE_CHECKING:
@@ -167,7 +168,9 @@ def _with_cookies(
     request's jar once the new cookies are in it.
     """
     retry = request.copy()  # copies the jar too
-    jar = retry._cookies if retry._cookies is not None else RequestsCookieJar()  # type: ignore[attr-defined]  # private in the stubs
+    jar = request_cookies(retry)
+    if jar is None:
+        jar = RequestsCookieJar()
     jar.update(cookies)
     retry.headers.pop("Cookie", None)
     retry.prepare_cookies(jar)

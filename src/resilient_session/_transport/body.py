@@ -8,6 +8,7 @@ import requests
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
+from resilient_session._compat import content_read, keep_content
 from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_url
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
@@ -35,7 +36,7 @@ def read_body(
     if deadline_at is None or not hasattr(response.raw, "read1"):
         _ = response.content
         return
-    _keep(response, _read(response, deadline_at, clock, None, names)[0])
+    keep_content(response, b"".join(_read(response, deadline_at, clock, None, names)[0]))
 
 
 def _read(
@@ -84,12 +85,6 @@ def _read(
             return chunks, False
 
 
-def _keep(response: requests.Response, chunks: list[bytes]) -> None:
-    # What requests' own Response.content leaves behind after reading.
-    response._content = b"".join(chunks)
-    response._content_consumed = True  # type: ignore[attr-defined]  # private in the stubs
-
-
 def _bound_socket(raw: Any, seconds: float) -> None:
     sock = getattr(getattr(raw, "connection", None), "sock", None)
     if sock is None:
@@ -130,7 +125,7 @@ def drain(
     becomes the call's result. Raises DeadlineExceeded when the body outlasts the deadline.
     """
     try:
-        if not getattr(response, "_content_consumed", True):
+        if not content_read(response):
             if not hasattr(response.raw, "read1"):
                 _ = response.content  # not urllib3's: no bounded read to be had
             else:
@@ -139,7 +134,7 @@ def drain(
                     # The rest stays unread, so the connection cannot be reused: drop it.
                     response.raw.close()
                     chunks = [b"".join(chunks)[:DRAIN_LIMIT]]
-                _keep(response, chunks)
+                keep_content(response, b"".join(chunks))
     except DeadlineExceeded:
         raise
     except requests.RequestException:

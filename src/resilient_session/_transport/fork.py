@@ -11,8 +11,8 @@ each descriptor and sends nothing: no FIN while the parent holds its copy, and n
 close_notify (CPython's ``SSLSocket.close`` never calls ``SSL_shutdown``). Connections a
 parent's thread had checked out at the fork are not the child's to touch.
 
-This module is the one place that reads private attributes of requests and urllib3 for
-that; tests/integration/test_fork.py fails if an upgrade removes one.
+The private attributes of requests and urllib3 it needs are read through ``_compat.py``,
+whose test fails if an upgrade removes one.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
+
+from resilient_session._compat import idle_connections, pool_settings
 
 _adapters: weakref.WeakSet[HTTPAdapter] = weakref.WeakSet()
 _sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()
@@ -44,32 +45,14 @@ def renew_pools(adapter: HTTPAdapter) -> None:
     """Give *adapter* a new, empty pool manager and no proxy managers, built as when it was
     made; close the old ones' idle connections without taking their locks."""
     old = [adapter.poolmanager, *adapter.proxy_manager.values()]
-    # requests' private attributes: what HTTPAdapter.__init__ built the pool manager with
-    # (its __attrs__, the pickled state; its __setstate__ rebuilds the manager from them).
-    adapter.init_poolmanager(
-        adapter._pool_connections,  # type: ignore[attr-defined]  # private to requests
-        adapter._pool_maxsize,  # type: ignore[attr-defined]
-        block=adapter._pool_block,  # type: ignore[attr-defined]
-    )
+    connections, maxsize, block = pool_settings(adapter)
+    adapter.init_poolmanager(connections, maxsize, block=block)
     adapter.proxy_manager = {}
     for manager in old:
-        _close_idle(manager)
-
-
-def _close_idle(manager: Any) -> None:
-    # urllib3's private attributes: the manager's pools behind its container's lock, and each
-    # pool's idle connections, the list behind its queue's lock. Read without either lock: one
-    # a parent's thread held at the fork is held for ever in the child, where no other thread
-    # runs to change them. A layout urllib3 changes leaves the sockets to the collector.
-    container = getattr(getattr(manager, "pools", None), "_container", None)
-    if container is None:
-        return
-    for pool in list(container.values()):
-        idle = getattr(getattr(pool, "pool", None), "queue", None) or ()
-        for conn in list(idle):
-            if conn is not None:
-                with contextlib.suppress(Exception):  # the child's copy only; never the call's
-                    conn.close()
+        # A layout urllib3 changes leaves the sockets to the collector.
+        for conn in idle_connections(manager):
+            with contextlib.suppress(Exception):  # the child's copy only; never the call's
+                conn.close()
 
 
 def _after_fork_in_child() -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 from urllib3.util import Timeout as Urllib3Timeout
 
+from resilient_session._compat import timeout_parts
+
 
 def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
     """``(connect, read)`` seconds from any timeout requests accepts; None means no limit."""
@@ -13,7 +15,7 @@ def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
         # Its connect_timeout and read_timeout properties raise for a total= timeout whose
         # timer has not started; the parts they are made of can be read at any time.
         total = _seconds(timeout.total)
-        connect, read = _seconds(timeout._connect), _seconds(timeout._read)
+        connect, read = (_seconds(part) for part in timeout_parts(timeout))
         if total is not None:
             connect = total if connect is None else min(connect, total)
             read = total if read is None else min(read, total)

@@ -20,6 +20,7 @@ from typing import TypeAlias
 import requests
 from requests.structures import CaseInsensitiveDict
 
+from resilient_session._compat import keep_content
 from resilient_session._pipeline.attempt import Attempt, Outcome
 
 from .faults import (
@@ -140,7 +141,7 @@ def build_response(
     response = requests.Response()
     response.status_code = status
     response.headers = CaseInsensitiveDict(headers)
-    response._content = body
+    keep_content(response, body)
     response.url = request.url or ""
     response.request = request
     try:

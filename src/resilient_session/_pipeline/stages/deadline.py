@@ -11,6 +11,7 @@ from typing import Any
 import requests
 from requests.structures import CaseInsensitiveDict
 
+from resilient_session._compat import HeaderStore, header_store, headers_of
 from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.attempt_header import format_attempt
@@ -100,21 +101,18 @@ def with_headers(
     """
     sent = _new_object(requests.PreparedRequest)
     sent.__dict__.update(request.__dict__)
-    headers = _new_object(CaseInsensitiveDict)
     original: Any = request.headers
     if original is None:
-        store: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        store: HeaderStore = OrderedDict()
     elif isinstance(original, CaseInsensitiveDict):
-        # requests' private store, unchanged since requests 2.0.
-        store = original._store.copy()  # type: ignore[attr-defined]
+        store = header_store(original).copy()
     else:
         # Any other mapping (a plain dict put on a prepared request), which requests sends as
         # it is: read into the map requests would have made of it.
-        store = CaseInsensitiveDict(original)._store  # type: ignore[attr-defined]
+        store = header_store(CaseInsensitiveDict(original))
     for name, value in values:
         store[name.lower()] = (name, value)
-    headers._store = store  # type: ignore[attr-defined]
-    sent.headers = headers
+    sent.headers = headers_of(store)
     return sent
 
 
