@@ -59,8 +59,8 @@ class Harness:
     ) -> tuple[Outcome, ScriptedTransport]:
         """Drive one call; *request* takes the keywords of :meth:`first_attempt`."""
         transport = ScriptedTransport(self.clock, *steps, latency=latency)
-        chain = standard_chain(transport, clock=self.clock, rng=self.rng)
-        outcome = drive(chain, self.first_attempt(**request), self.clock)
+        chain = standard_chain(transport)
+        outcome = drive(chain, self.first_attempt(**request))
         return outcome, transport
 
     def first_attempt(
@@ -74,12 +74,10 @@ class Harness:
     ) -> Attempt:
         request = requests.Request(method, url, headers=headers, data=body).prepare()
         if deadline is None:
-            call = start_call(request, registry=self.registry, clock=self.clock, timeout=timeout)
+            call = start_call(request, registry=self.registry, timeout=timeout)
         else:
             with deadline_scope(deadline, clock=self.clock):
-                call = start_call(
-                    request, registry=self.registry, clock=self.clock, timeout=timeout
-                )
+                call = start_call(request, registry=self.registry, timeout=timeout)
         return Attempt.first(call)
 
     def host(self, url: str = "http://svc.test/items") -> HostState:

@@ -12,7 +12,6 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
-from ._observe.redact import sensitive_names
 from ._pipeline.attempt import UNDECIDED, Attempt, Call, Outcome
 from ._pipeline.drive import Next, drive
 from ._pipeline.stages import standard_chain
@@ -43,8 +42,8 @@ class ResilientAdapter(HTTPAdapter):
     Args:
         config: as for :func:`resilient_session.config.load`; ignored when *registry* is given.
         registry: per-host state to share, for example with the session that mounts this.
-        clock: the source of time.
-        rng: the source of jitter.
+        clock: the source of time; a *registry* handed in brings its own.
+        rng: the source of jitter; a *registry* handed in brings its own.
         **kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``, ...).
     """
 
@@ -59,12 +58,13 @@ class ResilientAdapter(HTTPAdapter):
     ) -> None:
         super().__init__(**kwargs)
         self._session: weakref.ref[requests.Session] | None = None
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
         # A registry made here is this adapter's to close (the redis backend's sync thread).
         self._own_registry: HostRegistry | None = None
+        # The stages are functions: the chain is the same whichever registry serves it.
+        self._chain: Next = standard_chain(self._transport)
         if registry is None:
-            registry = self._fresh_registry(load(config))
+            # The clock and random source go to the registry alone, which each call carries.
+            registry = HostRegistry(load(config), clock=clock, rng=rng)
             self.attach(registry)
             self._own_registry = registry
         else:
@@ -82,10 +82,6 @@ class ResilientAdapter(HTTPAdapter):
             owned.close()
             self._own_registry = None
         self._registry = registry
-        redact = self._redact = sensitive_names(registry.config.events.redact_params)
-        self._chain: Next = standard_chain(
-            self._transport, clock=self._clock, rng=self._rng, redact=redact
-        )
 
     def serve(self, session: requests.Session) -> None:
         """Save cookies set by retried responses in *session*'s jar from now on.
@@ -116,9 +112,6 @@ class ResilientAdapter(HTTPAdapter):
         if self._own_registry is not None:
             self._own_registry.close()
 
-    def _fresh_registry(self, config: Config) -> HostRegistry:
-        return HostRegistry(config, clock=self._clock, rng=self._rng)
-
     def send(
         self,
         request: requests.PreparedRequest,
@@ -130,10 +123,8 @@ class ResilientAdapter(HTTPAdapter):
     ) -> requests.Response:
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
-        call = start_call(
-            request, self._registry, self._clock, stream, timeout, verify, cert, proxies
-        )
-        return drive(self._chain, Attempt.first(call), self._clock).unwrap()
+        call = start_call(request, self._registry, stream, timeout, verify, cert, proxies)
+        return drive(self._chain, Attempt.first(call)).unwrap()
 
     def _transport(self, attempt: Attempt) -> Outcome:
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
@@ -156,7 +147,7 @@ class ResilientAdapter(HTTPAdapter):
                 if call.deadline_at is None:
                     _ = response.content  # no deadline to read under: requests' own read
                 else:
-                    read_body(response, call.deadline_at, self._clock, self._redact)
+                    read_body(response, call.deadline_at, call.runtime)
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
@@ -164,16 +155,18 @@ class ResilientAdapter(HTTPAdapter):
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[call-overload]
-        state["_resilience"] = (self._registry.config, self._clock, self._rng)
+        runtime = self._registry.runtime
+        state["_resilience"] = (self._registry.config, runtime.clock, runtime.rng)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Config survives pickling; breakers and budgets start afresh (requests' __attrs__ rule).
-        config, self._clock, self._rng = state.pop("_resilience")
+        config, clock, rng = state.pop("_resilience")
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         self._session = None  # the session that unpickles this mounts it again
         self._own_registry = None
-        registry = self._fresh_registry(config)
+        self._chain = standard_chain(self._transport)
+        registry = HostRegistry(config, clock=clock, rng=rng)
         self.attach(registry)
         self._own_registry = registry
         track_adapter(self)
@@ -182,15 +175,16 @@ class ResilientAdapter(HTTPAdapter):
 def start_call(
     request: requests.PreparedRequest,
     registry: HostRegistry,
-    clock: Clock,
     stream: bool = False,
     timeout: Any = None,
     verify: bool | str = True,
     cert: Any = None,
     proxies: Mapping[str, str] | None = None,
 ) -> Call:
-    """The values one ``send`` keeps across its tries: host state, deadline, replay safety."""
-    now = clock.monotonic()
+    """The values one ``send`` keeps across its tries: host state, the registry's runtime,
+    deadline, replay safety."""
+    runtime = registry.runtime
+    now = runtime.clock.monotonic()
     state = registry.for_url(request.url or "")
     policy = state.policy
     scope = current_scope()
@@ -209,6 +203,7 @@ def start_call(
             request,
             method,
             state,
+            runtime,
             stream,
             timeout,
             verify,

@@ -61,7 +61,8 @@ class ResilientSession(TypedVerbs):
         clock: the source of time (tests pass ``resilient_session.testing.FakeClock``).
         rng: the source of jitter.
         registry: per-host state to share with another session; by default each session
-            has its own, and ``close()`` releases it (the redis backend's sync thread).
+            has its own, and ``close()`` releases it (the redis backend's sync thread). It
+            brings its own clock and random source, which then replace *clock* and *rng*.
 
     Raises:
         ConfigError: the configuration is invalid; the message names the key.
@@ -86,17 +87,17 @@ class ResilientSession(TypedVerbs):
         if registry is not None and config is not None:
             raise ValueError("pass config or registry, not both: a registry carries its config")
         self.config: Config = registry.config if registry is not None else load(config)
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
         self.registry = (
-            registry
-            if registry is not None
-            else HostRegistry(self.config, clock=clock, rng=self._rng)
+            registry if registry is not None else HostRegistry(self.config, clock=clock, rng=rng)
         )
+        # The registry owns them; kept here only for pickling and for ``deadline=``'s instant.
+        runtime = self.registry.runtime
+        self._clock = runtime.clock
+        self._rng = runtime.rng
         for prefix in ("https://", "http://"):
-            self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
+            self.mount(prefix, ResilientAdapter(registry=self.registry))
         track_session(self)
 
     # requests' own parameters, spelled out and passed on by position: a *args/**kwargs

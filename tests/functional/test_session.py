@@ -17,6 +17,7 @@ from resilient_session import (
     deadline,
 )
 from resilient_session._state.registry import HostRegistry
+from resilient_session.config import load
 from tests.functional.conftest import FAST
 
 URL = "http://svc.test/items"
@@ -218,6 +219,19 @@ def test_sessions_share_state_only_when_told(mock, clock):
     a.get(URL)
     with pytest.raises(CircuitOpenError):
         b.get(URL)
+
+
+def test_a_registry_handed_in_brings_its_clock_to_every_adapter(mock, clock):
+    """A session given a registry, and an adapter mounted on it as docs/migration.md shows,
+    wait their retries on the registry's clock, never on real time."""
+    session = ResilientSession(registry=HostRegistry(load(FAST), clock=clock))
+    for status in (503, 200, 503, 200):
+        mock.get(URL, status=status)
+    assert session.get(URL).status_code == 200
+    session.mount("http://", ResilientAdapter(registry=session.registry, pool_maxsize=4))
+    assert session.get(URL).status_code == 200
+    assert len(clock.sleeps) == 2
+    assert all(0.0 <= wait <= 0.1 for wait in clock.sleeps)
 
 
 def test_config_and_registry_together_rejected(clock):

@@ -182,7 +182,7 @@ def test_explicit_deadline_replaces_default_and_scope_caps_it(
         contextlib.nullcontext() if enclosing == UNSET_MARK else deadline(enclosing, clock=clock)
     )
     with outer, explicit(given, clock):
-        call = start_call(request, registry, clock)
+        call = start_call(request, registry)
     seconds = None if call.deadline_at is None else call.deadline_at - clock.now
     assert seconds == expected
 

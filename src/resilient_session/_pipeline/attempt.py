@@ -19,6 +19,7 @@ from resilient_session.errors import is_connect_failure
 if TYPE_CHECKING:
     from resilient_session._state.breaker import BreakerState
     from resilient_session._state.registry import HostState
+    from resilient_session._state.runtime import Runtime
 
 
 class Verdict(str, Enum):
@@ -113,6 +114,8 @@ class Call(NamedTuple):
     request: requests.PreparedRequest
     method: str
     state: HostState
+    # The registry's clock, random source and redacted names: what the stages run on.
+    runtime: Runtime
     stream: bool
     timeout: Any
     verify: bool | str

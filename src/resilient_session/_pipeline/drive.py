@@ -6,8 +6,6 @@ from collections.abc import Callable, Sequence
 from types import FunctionType
 from typing import Protocol, TypeAlias
 
-from resilient_session.clock import Clock
-
 from .attempt import Attempt, Outcome, Verdict
 
 Next: TypeAlias = Callable[[Attempt], Outcome]
@@ -38,13 +36,14 @@ def _link(middleware: Middleware, call_next: Next) -> Next:
     return lambda attempt: stage(attempt, call_next)
 
 
-def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:
-    """Run tries until a decision is final; the only loop and the only place that sleeps."""
+def drive(handler: Next, attempt: Attempt) -> Outcome:
+    """Run tries until a decision is final; the only loop and the only place that sleeps, on
+    the call's clock."""
     while True:
         outcome = handler(attempt)
         decision = outcome.decision
         if decision.verdict is not _RETRY:
             return outcome
         if decision.wait > 0:
-            clock.sleep(decision.wait)
+            attempt.call.runtime.clock.sleep(decision.wait)
         attempt = attempt.next(outcome)

@@ -20,6 +20,7 @@ from .budget import TokenBucket
 from .interface import Held, StateBackend
 from .limit import ConcurrencyLimit, LimitSnapshot
 from .meaning import TryTable, table_for
+from .runtime import Runtime, runtime_for
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -158,6 +159,8 @@ class HostRegistry:
 
     Two sessions share breakers and budgets only when handed the same registry; with the
     redis backend (``state.backend``), every registry on the same Redis and prefix shares them.
+    The registry also owns what every try runs on (``runtime``: *clock*, *rng* and the names
+    ``events.redact_params`` adds to the redacted ones), so each call it serves carries them.
 
     Raises:
         ConfigError: the ``state:`` section selects a backend that cannot be used.
@@ -171,9 +174,9 @@ class HostRegistry:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config if config is not None else Config()
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
-        self.backend: StateBackend = open_backend(self.config.state, clock, self._rng)
+        rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
+        self.runtime: Runtime = runtime_for(self.config, clock, rng)
+        self.backend: StateBackend = open_backend(self.config.state, clock, rng)
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()
         self._hosts: OrderedDict[str, HostState] = OrderedDict()
@@ -205,6 +208,7 @@ class HostRegistry:
                 return known
         # Matching and building happen outside the lock; a racing thread's entry wins.
         policy = self.config.for_host(host, port)
+        clock = self.runtime.clock
         guards = self.backend.build(key, policy)
         breaker, bucket, throttle = guards
         fresh = HostState(
@@ -214,7 +218,7 @@ class HostRegistry:
             bucket,
             throttle,
             (policy.timeout.connect, policy.timeout.read),
-            ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
+            ConcurrencyLimit(key, policy.limit, clock) if policy.limit.enabled else None,
             table_for(policy.retry),
         )
         with self._lock:

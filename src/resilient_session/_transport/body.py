@@ -9,8 +9,8 @@ from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
 from resilient_session._compat import content_read, keep_content
-from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_url
-from resilient_session.clock import Clock
+from resilient_session._observe.redact import redact_url
+from resilient_session._state.runtime import Runtime
 from resilient_session.errors import DeadlineExceeded
 
 _CHUNK = 64 * 1024
@@ -21,30 +21,25 @@ _CHUNK = 64 * 1024
 DRAIN_LIMIT: Final = 64 * 1024
 
 
-def read_body(
-    response: requests.Response,
-    deadline_at: float | None,
-    clock: Clock,
-    names: frozenset[str] = SENSITIVE_PARAMS,
-) -> None:
+def read_body(response: requests.Response, deadline_at: float | None, runtime: Runtime) -> None:
     """Read the whole body into ``response.content``; errors are requests' own types.
 
-    With a deadline the body is read one socket read at a time, each bounded by what is left,
-    so a body that drips in slowly is cut at the deadline instead of running past it. *names*
-    are the parameters hidden in the URL that a cut's message names.
+    With a deadline the body is read one socket read at a time, each bounded by what is left
+    on the runtime's clock, so a body that drips in slowly is cut at the deadline instead of
+    running past it; a cut's message hides the runtime's redacted names in the URL.
     """
     if deadline_at is None or not hasattr(response.raw, "read1"):
         _ = response.content
         return
-    keep_content(response, b"".join(_read(response, deadline_at, clock, None, names)[0]))
+    chunks = _read(response, deadline_at, runtime, None)[0]
+    keep_content(response, b"".join(chunks))
 
 
 def _read(
     response: requests.Response,
     deadline_at: float | None,
-    clock: Clock,
+    runtime: Runtime,
     limit: int | None,
-    names: frozenset[str],
 ) -> tuple[list[bytes], bool]:
     """The body's chunks, read one socket read at a time, and whether the body ended.
 
@@ -52,6 +47,7 @@ def _read(
     at most *limit* + 1 bytes, and the body did not end.
     """
     raw = response.raw
+    clock = runtime.clock
     chunks: list[bytes] = []
     size = 0
     cut: ReadTimeoutError | None = None
@@ -59,7 +55,7 @@ def _read(
         if deadline_at is not None:
             remaining = deadline_at - clock.monotonic()
             if remaining <= 0:
-                raise _exceeded(response, names, cut)
+                raise _exceeded(response, runtime.redact, cut)
             _bound_socket(raw, remaining)
         want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - size)
         try:
@@ -110,12 +106,7 @@ def _exceeded(
     )
 
 
-def drain(
-    response: requests.Response,
-    deadline_at: float | None,
-    clock: Clock,
-    names: frozenset[str] = SENSITIVE_PARAMS,
-) -> None:
+def drain(response: requests.Response, deadline_at: float | None, runtime: Runtime) -> None:
     """Read at most ``DRAIN_LIMIT`` bytes of a response that will be retried, then close it.
 
     A body that ends within the bound is kept, as requests keeps it when it follows a
@@ -129,7 +120,7 @@ def drain(
             if not hasattr(response.raw, "read1"):
                 _ = response.content  # not urllib3's: no bounded read to be had
             else:
-                chunks, ended = _read(response, deadline_at, clock, DRAIN_LIMIT, names)
+                chunks, ended = _read(response, deadline_at, runtime, DRAIN_LIMIT)
                 if not ended:
                     # The rest stays unread, so the connection cannot be reused: drop it.
                     response.raw.close()

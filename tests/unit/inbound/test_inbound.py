@@ -270,7 +270,7 @@ def test_local_default_deadline_still_caps_beneath_the_inbound_one(harness, cloc
 
     def app(environ, start_response):
         request = requests.Request("GET", "http://svc.test/").prepare()
-        calls.append(start_call(request, registry=h.registry, clock=clock))
+        calls.append(start_call(request, registry=h.registry))
         start_response("200 OK", [])
         return [b""]
 

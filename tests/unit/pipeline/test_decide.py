@@ -57,9 +57,9 @@ def test_retryable_statuses(harness, status, tier_reason):
     h = harness(FAST)
     attempt = h.first_attempt()
     transport = ScriptedTransport(h.clock, status, 200)
-    first = standard_chain(transport, clock=h.clock, rng=h.rng)(attempt)
+    first = standard_chain(transport)(attempt)
     assert (first.decision.verdict, first.decision.reason) == (Verdict.RETRY, tier_reason)
-    outcome = drive(standard_chain(transport, clock=h.clock, rng=h.rng), attempt, h.clock)
+    outcome = drive(standard_chain(transport), attempt)
     assert outcome.status == 200
 
 
@@ -304,7 +304,7 @@ def test_deadline_spent_before_first_try_fails_fast(harness, clock):
     attempt = h.first_attempt(deadline=1.0)
     clock.advance(2.0)
     transport = ScriptedTransport(clock, 200)
-    outcome = drive(standard_chain(transport, clock=clock, rng=h.rng), attempt, clock)
+    outcome = drive(standard_chain(transport), attempt)
     assert (transport.calls, outcome.decision.verdict, outcome.decision.reason) == (
         0,
         Verdict.FAIL_FAST,

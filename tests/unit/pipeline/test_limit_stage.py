@@ -112,8 +112,8 @@ def test_a_refused_retry_ends_the_call_with_the_last_real_try(harness, clock):
             assert limit.acquire(None)  # the others, still in flight when this try ends
         return Outcome(response=build_response(attempt.request, 503))
 
-    chain = standard_chain(transport, clock=clock, rng=h.rng)
-    outcome = drive(chain, h.first_attempt(), clock)
+    chain = standard_chain(transport)
+    outcome = drive(chain, h.first_attempt())
     assert len(sent) == 1
     assert outcome.decision.reason is Reason.CONCURRENCY_LIMIT
     assert outcome.unwrap().status_code == 503

@@ -42,7 +42,7 @@ def test_drive_sleeps_the_decided_wait_and_counts_attempts(harness, clock):
             )
         return outcome
 
-    outcome = drive(compose([decide], transport), harness().first_attempt(), clock)
+    outcome = drive(compose([decide], transport), harness().first_attempt())
     assert outcome.status == 200
     assert clock.sleeps == [0.25, 0.5]
     assert [attempt.number for attempt in transport.sent] == [1, 2, 3]
@@ -51,7 +51,7 @@ def test_drive_sleeps_the_decided_wait_and_counts_attempts(harness, clock):
 def test_default_verdict_is_terminal(harness, clock):
     """A chain with no decide stage never loops."""
     transport = ScriptedTransport(clock, 503, 200)
-    outcome = drive(compose([], transport), harness().first_attempt(), clock)
+    outcome = drive(compose([], transport), harness().first_attempt())
     assert (outcome.status, transport.calls) == (503, 1)
 
 
@@ -73,7 +73,7 @@ def test_retried_response_is_closed(harness, clock):
         return outcome
 
     h = harness()
-    outcome = drive(standard_chain(transport, clock=clock, rng=h.rng), h.first_attempt(), clock)
+    outcome = drive(standard_chain(transport), h.first_attempt())
     assert (outcome.status, closed) == (200, [1])
 
 

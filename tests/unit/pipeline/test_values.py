@@ -30,7 +30,6 @@ def test_a_call_holds_every_value_under_its_name(clock):
         call = start_call(
             request,
             registry,
-            clock,
             stream=True,
             timeout=(1.0, 2.0),
             verify="/ca.pem",
@@ -41,6 +40,7 @@ def test_a_call_holds_every_value_under_its_name(clock):
         "request": request,
         "method": "PUT",
         "state": registry.for_url("http://svc.test:8080/"),
+        "runtime": registry.runtime,
         "stream": True,
         "timeout": (1.0, 2.0),
         "verify": "/ca.pem",
@@ -59,7 +59,7 @@ def test_idempotent_and_replayable_are_told_apart(clock):
     registry = HostRegistry(Config(), clock=clock)
     put = requests.Request("PUT", "http://svc.test/", data=iter([b"a"])).prepare()
     post = requests.Request("POST", "http://svc.test/", data=b"a").prepare()
-    first, second = start_call(put, registry, clock), start_call(post, registry, clock)
+    first, second = start_call(put, registry), start_call(post, registry)
     assert (first.idempotent, first.replayable, first.timeout) == (True, False, (5.0, 30.0))
     assert (second.idempotent, second.replayable) == (False, True)
 
@@ -94,7 +94,7 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
     responses.get("http://svc.test/item", body=b"ok")
     adapter = ResilientAdapter(clock=clock)
     request = requests.Request("GET", "http://svc.test/item").prepare()
-    call = start_call(request, adapter.registry, clock, timeout=4.0)
+    call = start_call(request, adapter.registry, timeout=4.0)
     attempt = Attempt.first(call)
     assert attempt._asdict() == {
         "call": call,

@@ -392,13 +392,13 @@ def test_64_threads_in_half_open_admit_exactly_max_probes(harness, clock, max_pr
         release.wait(timeout=10)
         return ScriptedTransport(clock, 200)(attempt)
 
-    chain = standard_chain(slow_upstream, clock=clock, rng=h.rng)
+    chain = standard_chain(slow_upstream)
     results: list[object] = []
 
     def call() -> None:
         attempt = h.first_attempt()
         barrier.wait()
-        outcome = drive(chain, attempt, clock)
+        outcome = drive(chain, attempt)
         with lock:
             results.append(outcome.decision.reason)
 
@@ -433,7 +433,7 @@ def test_probe_permit_released_when_inner_stage_raises(harness, clock):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        drive(standard_chain(exploding, clock=clock, rng=h.rng), h.first_attempt(), clock)
+        drive(standard_chain(exploding), h.first_attempt())
     outcome, transport = h.run(200)
     assert (transport.calls, outcome.status) == (1, 200)
 

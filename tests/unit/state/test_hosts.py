@@ -168,9 +168,7 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
     h.run(503, 200)
     attempt = h.first_attempt(deadline=0.5)
     clock.advance(0.6)
-    spent = drive(
-        standard_chain(ScriptedTransport(clock, 200), clock=clock, rng=h.rng), attempt, clock
-    )
+    spent = drive(standard_chain(ScriptedTransport(clock, 200)), attempt)
     assert spent.decision.reason is Reason.DEADLINE_SPENT
     _, opened = h.run(500, 500)
     refused, never_sent = h.run(200)

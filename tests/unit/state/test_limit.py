@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from resilient_session._pipeline.attempt import Attempt, Outcome
-from resilient_session._pipeline.stages.limit import LimitConcurrency
+from resilient_session._pipeline.stages.limit import limit_concurrency
 from resilient_session._state.limit import ConcurrencyLimit, LimitSnapshot, Signal, waiter_for
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config.policy import LimitPolicy
@@ -202,7 +202,7 @@ def limited_attempt(harness: Any, **policy: Any) -> tuple[Attempt, ConcurrencyLi
 def test_stage_gives_the_slot_back_when_the_try_raises(harness, clock):
     """Even a BaseException: the slot is never leaked, and the limit is left as it was."""
     attempt, limit = limited_attempt(harness, initial=2, min=1)
-    stage = LimitConcurrency(clock)
+    stage = limit_concurrency
 
     def interrupted(_: Attempt) -> Outcome:
         assert limit.snapshot().in_flight == 1
@@ -218,7 +218,7 @@ def test_disabled_limit_is_left_out(harness):
     h = harness({"defaults": {"limit": {"enabled": False}}})
     attempt = h.first_attempt()
     assert attempt.call.state.limit is None
-    stage = LimitConcurrency(h.clock)
+    stage = limit_concurrency
     depth = []
 
     def nested(inner: Attempt) -> Outcome:
@@ -259,7 +259,7 @@ def test_hammer_never_exceeds_the_limit_and_ends_empty(harness, low, high):
     assert state.limit is not None
     limit = ConcurrencyLimit(state.key, state.policy.limit, clock, wait_a_little)
     attempt = first._replace(call=first.call._replace(state=replace(state, limit=limit)))
-    stage = LimitConcurrency(clock)
+    stage = limit_concurrency
     peak = [0]
     in_flight = threading.Event()  # never set: its wait is a pause that is not a sleep
     admitted = [0]

@@ -177,10 +177,10 @@ def test_hammer_counts_add_up(clock):
 
 def run_calls(h: Harness, transport: ScriptedTransport, calls: int, gap: float) -> list[Reason]:
     """Drive *calls* calls through one chain around *transport*, *gap* seconds apart."""
-    chain = standard_chain(transport, clock=h.clock, rng=h.rng)
+    chain = standard_chain(transport)
     reasons = []
     for _ in range(calls):
-        reasons.append(drive(chain, h.first_attempt(), h.clock).decision.reason)
+        reasons.append(drive(chain, h.first_attempt()).decision.reason)
         h.clock.advance(gap)
     return reasons
 
@@ -291,9 +291,7 @@ def test_a_try_refused_for_a_spent_deadline_is_not_counted(harness, clock):
     h = harness()
     attempt = h.first_attempt(deadline=0.5)
     clock.advance(0.6)
-    outcome = drive(
-        standard_chain(ScriptedTransport(clock, 200), clock=clock, rng=h.rng), attempt, clock
-    )
+    outcome = drive(standard_chain(ScriptedTransport(clock, 200)), attempt)
     assert outcome.decision.reason is Reason.DEADLINE_SPENT
     snapshot = h.host().throttle.snapshot()
     assert (snapshot.tries, snapshot.accepts, snapshot.throttled) == (0, 0, 0)

@@ -1,46 +1,38 @@
-"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline."""
+"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline.
+
+Each is a plain function: what a stage keeps lives in the host's state (``call.state``) and
+what it runs on in the call's runtime (``call.runtime``), so none holds anything of its own.
+"""
 
 from __future__ import annotations
 
-import random
-
-from resilient_session._observe.redact import SENSITIVE_PARAMS
 from resilient_session._pipeline.drive import Middleware, Next, compose
-from resilient_session.clock import Clock
 
 from .breaker import guard_with_breaker
-from .budget import SpendBudget
-from .deadline import EnforceDeadline
-from .decide import Decide
-from .events import EmitEvents
-from .limit import LimitConcurrency
+from .budget import spend_budget
+from .deadline import enforce_deadline
+from .decide import decide_tries
+from .events import emit_events
+from .limit import limit_concurrency
 from .throttle import throttle_tries
 
 __all__ = ["standard_chain", "standard_stages"]
 
 
-def standard_stages(
-    *, clock: Clock, rng: random.Random, redact: frozenset[str] = SENSITIVE_PARAMS
-) -> list[Middleware]:
+def standard_stages() -> list[Middleware]:
     """The stages in nesting order; the total deadline spans every try, the per-try timeout
     is innermost, and the breaker sees each try (Polly's standard pipeline, gRPC)."""
     return [
-        EmitEvents(clock, redact),
-        SpendBudget(clock, redact),
-        Decide(clock, rng),
+        emit_events,
+        spend_budget,
+        decide_tries,
         guard_with_breaker,
         throttle_tries,
-        LimitConcurrency(clock),
-        EnforceDeadline(clock, redact),
+        limit_concurrency,
+        enforce_deadline,
     ]
 
 
-def standard_chain(
-    transport: Next,
-    *,
-    clock: Clock,
-    rng: random.Random,
-    redact: frozenset[str] = SENSITIVE_PARAMS,
-) -> Next:
+def standard_chain(transport: Next) -> Next:
     """The standard stages composed around *transport*."""
-    return compose(standard_stages(clock=clock, rng=rng, redact=redact), transport)
+    return compose(standard_stages(), transport)

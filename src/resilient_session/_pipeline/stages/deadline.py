@@ -12,78 +12,71 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from resilient_session._compat import HeaderStore, header_store, headers_of
-from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text
+from resilient_session._observe.redact import redact_text
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.attempt_header import format_attempt
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._transport.timeouts import split_timeout
 from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
-from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 
 
-class EnforceDeadline:
+def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Innermost: each try's connect and read timeouts never outlast the call's deadline."""
-
-    def __init__(self, clock: Clock, redact: frozenset[str] = SENSITIVE_PARAMS) -> None:
-        self._clock = clock
-        self._redact = redact
-
-    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
-        call = attempt.call
-        deadline_at = call.deadline_at
-        if deadline_at is None:
-            attempt_header = call.state.policy.deadline.attempt_header
-            if attempt_header is None:
-                return call_next(attempt)
-            request = with_headers(attempt.request, ((attempt_header, attempt_value(attempt)),))
-            return call_next(attempt.sending(request, attempt.timeout))
-        remaining = deadline_at - self._clock.monotonic()
-        if remaining <= 0:
-            error = DeadlineExceeded(
-                f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
+    call = attempt.call
+    deadline_at = call.deadline_at
+    if deadline_at is None:
+        attempt_header = call.state.policy.deadline.attempt_header
+        if attempt_header is None:
+            return call_next(attempt)
+        request = with_headers(attempt.request, ((attempt_header, attempt_value(attempt)),))
+        return call_next(attempt.sending(request, attempt.timeout))
+    remaining = deadline_at - call.runtime.clock.monotonic()
+    if remaining <= 0:
+        error = DeadlineExceeded(
+            f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
+            request=attempt.request,
+        )
+        return Outcome(error=error, refused=Reason.DEADLINE_SPENT, fallback=attempt.last_real)
+    connect, read = split_timeout(attempt.timeout)
+    connect_cut = connect is None or connect > remaining
+    read_cut = read is None or read > remaining
+    timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
+    request = attempt.request
+    names = call.state.policy.deadline
+    if names.header is not None or names.attempt_header is not None:
+        values: list[tuple[str, str]] = []
+        if names.header is not None:
+            values.append((names.header, str(int(remaining * 1000))))
+        if names.attempt_header is not None:
+            values.append((names.attempt_header, attempt_value(attempt)))
+        request = with_headers(request, values)
+    # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
+    watch = Watch(remaining)
+    token = WATCHED.set(watch)
+    try:
+        outcome = call_next(attempt.sending(request, timeout))
+    finally:
+        WATCHED.reset(token)
+        # watchdog.settle(), inlined: a watch its connection disarmed, as every healthy try's
+        # is, costs one comparison.
+        fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
+    timed_out = outcome.error
+    if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
+        not isinstance(timed_out, DeadlineExceeded)
+    ):
+        cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
+        if cut or fired:
+            exceeded = DeadlineExceeded(
+                f"deadline for {call.method} {call.state.key} ran out during try "
+                f"{attempt.number}: {redact_text(str(timed_out), call.runtime.redact)}",
                 request=attempt.request,
+                # Kept, not chained: urllib3's text in it quotes the whole URL.
+                original=timed_out,
             )
-            return Outcome(error=error, refused=Reason.DEADLINE_SPENT, fallback=attempt.last_real)
-        connect, read = split_timeout(attempt.timeout)
-        connect_cut = connect is None or connect > remaining
-        read_cut = read is None or read > remaining
-        timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
-        request = attempt.request
-        names = call.state.policy.deadline
-        if names.header is not None or names.attempt_header is not None:
-            values: list[tuple[str, str]] = []
-            if names.header is not None:
-                values.append((names.header, str(int(remaining * 1000))))
-            if names.attempt_header is not None:
-                values.append((names.attempt_header, attempt_value(attempt)))
-            request = with_headers(request, values)
-        # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
-        watch = Watch(remaining)
-        token = WATCHED.set(watch)
-        try:
-            outcome = call_next(attempt.sending(request, timeout))
-        finally:
-            WATCHED.reset(token)
-            # watchdog.settle(), inlined: a watch its connection disarmed, as every healthy try's
-            # is, costs one comparison.
-            fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
-        timed_out = outcome.error
-        if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
-            not isinstance(timed_out, DeadlineExceeded)
-        ):
-            cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
-            if cut or fired:
-                exceeded = DeadlineExceeded(
-                    f"deadline for {call.method} {call.state.key} ran out during try "
-                    f"{attempt.number}: {redact_text(str(timed_out), self._redact)}",
-                    request=attempt.request,
-                    # Kept, not chained: urllib3's text in it quotes the whole URL.
-                    original=timed_out,
-                )
-                return Outcome(error=exceeded)
-        return outcome
+            return Outcome(error=exceeded)
+    return outcome
 
 
 def with_headers(

@@ -1,0 +1,29 @@
+"""What every try reads and none changes: the clock, the random source and the names to redact.
+
+One value per registry, built from its config, clock and random source, and carried by each
+call (``Call.runtime``): the stages read it there instead of each holding its own copy.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from resilient_session._observe.redact import sensitive_names
+from resilient_session.clock import Clock
+from resilient_session.config import Config
+
+
+class Runtime(NamedTuple):
+    """The sources a call's tries run on; the one place a test injects its clock is where this
+    is built (the registry, the session or the adapter)."""
+
+    clock: Clock
+    rng: random.Random
+    # The query and path parameters hidden wherever a URL or an error's text is shown.
+    redact: frozenset[str]
+
+
+def runtime_for(config: Config, clock: Clock, rng: random.Random) -> Runtime:
+    """The runtime of a registry with *config*, on *clock* and *rng*."""
+    return Runtime(clock, rng, sensitive_names(config.events.redact_params))
