@@ -60,8 +60,6 @@ class ResilientAdapter(HTTPAdapter):
         self._session: weakref.ref[requests.Session] | None = None
         # A registry made here is this adapter's to close (the redis backend's sync thread).
         self._own_registry: HostRegistry | None = None
-        # The stages are functions: the chain is the same whichever registry serves it.
-        self._chain: Next = standard_chain(self._transport)
         if registry is None:
             # The clock and random source go to the registry alone, which each call carries.
             registry = HostRegistry(load(config), clock=clock, rng=rng)
@@ -82,6 +80,9 @@ class ResilientAdapter(HTTPAdapter):
             owned.close()
             self._own_registry = None
         self._registry = registry
+        # The stages are functions and read the registry's runtime from each call: the chain
+        # needs nothing of the registry, but is built here for the unpickled adapter too.
+        self._chain: Next = standard_chain(self._transport)
 
     def serve(self, session: requests.Session) -> None:
         """Save cookies set by retried responses in *session*'s jar from now on.
@@ -165,7 +166,6 @@ class ResilientAdapter(HTTPAdapter):
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         self._session = None  # the session that unpickles this mounts it again
         self._own_registry = None
-        self._chain = standard_chain(self._transport)
         registry = HostRegistry(config, clock=clock, rng=rng)
         self.attach(registry)
         self._own_registry = registry

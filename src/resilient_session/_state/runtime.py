@@ -7,14 +7,17 @@ call (``Call.runtime``): the stages read it there instead of each holding its ow
 from __future__ import annotations
 
 import random
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from resilient_session._observe.redact import sensitive_names
 from resilient_session.clock import Clock
 from resilient_session.config import Config
 
 
-class Runtime(NamedTuple):
+# Slots rather than a NamedTuple: a try with a deadline reads the clock in two stages, and the
+# interpreter specialises a slot read where a NamedTuple field goes through its descriptor.
+@dataclass(frozen=True, slots=True)
+class Runtime:
     """The sources a call's tries run on; the one place a test injects its clock is where this
     is built (the registry, the session or the adapter)."""
 

@@ -59,7 +59,8 @@ def decide(attempt: Attempt, outcome: Outcome) -> Decision:
         return _give_up(Reason.BODY_NOT_REPLAYABLE)
     if attempt.number >= policy.max_attempts:
         return _give_up(Reason.MAX_ATTEMPTS)
-    clock, rng, _ = call.runtime
+    runtime = call.runtime
+    clock, rng = runtime.clock, runtime.rng
     if tier is Tier.OVERLOAD:
         reason = Reason.OVERLOAD
         asked = _retry_after(outcome, clock)
