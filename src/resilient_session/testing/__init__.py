@@ -7,7 +7,8 @@ Example::
 
     clock = FakeClock()
     transport = ScriptedTransport(clock, 503, (429, {"Retry-After": "2"}), 200)
-    session = ResilientSession(clock=clock)   # or drive a chain built with standard_chain
+    session = ResilientSession(clock=clock)   # or drive standard_chain(transport) over
+                                              # calls of a HostRegistry(clock=clock)
 """
 
 from __future__ import annotations
