@@ -14,8 +14,8 @@ import msgspec
 from resilient_session.errors import ConfigError
 
 from . import file as configfile
+from .document import ConfigDocument
 from .policy import (
-    ConfigDocument,
     EventsPolicy,
     HostPolicy,
     InboundPolicy,
@@ -240,28 +240,3 @@ def _parse_pattern(
         errors.add(path, "bad host pattern: unbalanced [ ]")
         return None
     return host, port
-
-
-def schema() -> dict[str, Any]:
-    """The JSON Schema of a configuration file, generated from the models."""
-    result: dict[str, Any] = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "resilient-session configuration",
-        "description": SCHEMA_DESCRIPTION,
-        **msgspec.json.schema(ConfigDocument),
-    }
-    return result
-
-
-# What an editor is told the schema leaves out: docs/configuration.md lists the same rules.
-SCHEMA_DESCRIPTION: Final = (
-    "Checks every key, type and range, and the form of each hosts key (a host, host:port, "
-    "[ipv6]:port or wildcard, no scheme or path, a port 1..65535). Partial: only loading the "
-    "file (resilient-session check) enforces the rules between keys (retry.backoff_cap >= "
-    "backoff_base; transient_statuses and overload_statuses disjoint; "
-    "breaker.recovery_timeout_max >= recovery_timeout; limit.min <= initial <= max; "
-    "deadline.header and attempt_header not a framing, hop-by-hop or credential header and not "
-    "the same), each again on a host entry merged over defaults; balanced [ ] in a hosts key; "
-    "two hosts keys naming one host; a state.url the Redis client accepts; and the file's own "
-    "limits (duplicate keys, aliases, size and depth)."
-)

@@ -237,34 +237,3 @@ class StatePolicy(StrictStruct, frozen=True):
             (name, redact_store_url(self.url) if name == "url" else getattr(self, name))
             for name in self.__struct_fields__
         ]
-
-
-# A port 1..65535, leading zeros allowed as loading allows them.
-_PORT: Final = (
-    r"0*(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-)
-_HOST_CHARS: Final = r"A-Za-z0-9.*?\-_\[\]!"
-# A key of hosts: as loading reads it: [ipv6] with an optional port; a host or wildcard with an
-# optional port; or a bare IPv6 address or wildcard (two colons or more, no port, and not
-# [ipv6]:digits, whose port loading reads). Never a scheme or a path. Written for JSON Schema's
-# regex dialect too, which editors run.
-HOST_KEY_PATTERN: Final = (
-    rf"^(?:\[[0-9A-Fa-f:.]+\](?::{_PORT})?"
-    rf"|[{_HOST_CHARS}]+(?::{_PORT})?"
-    rf"|(?!\[[0-9A-Fa-f:.]+\]:[0-9]+$)[{_HOST_CHARS}:]*:[{_HOST_CHARS}:]*:[{_HOST_CHARS}:]*)$"
-)
-
-HostKey: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, pattern=HOST_KEY_PATTERN)]
-
-
-class ConfigDocument(StrictStruct, frozen=True):
-    """The shape of a configuration file; used for the JSON Schema and top-level keys."""
-
-    defaults: HostPolicy = HostPolicy()
-    # Loading reads the keys itself, with its own messages; the pattern is the schema's.
-    hosts: dict[HostKey, HostPolicy] = {}
-    registry: RegistryPolicy = RegistryPolicy()
-    events: EventsPolicy = EventsPolicy()
-    inbound: InboundPolicy = InboundPolicy()
-
-    state: StatePolicy = StatePolicy()
