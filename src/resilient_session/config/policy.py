@@ -6,9 +6,11 @@ JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
+
+from resilient_session._observe.redact import redact_store_url
 
 # Every number is finite and bounded, so no value can overflow a computation or a container
 # later, in the middle of a call. A day caps any duration; docs/configuration.md says why each
@@ -224,14 +226,14 @@ class StatePolicy(StrictStruct, frozen=True):
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
     sync_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 100
 
+    # The URL may carry the store's password (docs/fleet.md): every way Python shows the
+    # policy, and the Config holding it, prints the URL without its userinfo or secret values.
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"{type(self).__name__}({shown})"
 
-class ConfigDocument(StrictStruct, frozen=True):
-    """The shape of a configuration file; used for the JSON Schema and top-level keys."""
-
-    defaults: HostPolicy = HostPolicy()
-    hosts: dict[str, HostPolicy] = {}
-    registry: RegistryPolicy = RegistryPolicy()
-    events: EventsPolicy = EventsPolicy()
-    inbound: InboundPolicy = InboundPolicy()
-
-    state: StatePolicy = StatePolicy()
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return [
+            (name, redact_store_url(self.url) if name == "url" else getattr(self, name))
+            for name in self.__struct_fields__
+        ]
