@@ -6,6 +6,7 @@ JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
@@ -19,6 +20,8 @@ DAY: Final = 86_400.0
 
 Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
+# An IPv4 or IPv6 network in CIDR notation, or one address; the longest IPv6 one is 43.
+Network: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 # RFC 9110 section 5.6.2: a field name is a token.
 HeaderName: TypeAlias = Annotated[
@@ -212,6 +215,16 @@ class InboundPolicy(StrictStruct, frozen=True):
     margin_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 10
     max_ms: Annotated[int, msgspec.Meta(ge=1, le=int(DAY * 1000))] = 300_000
     single_try_when_caller_retries: bool = True
+    # Null adopts both headers from every caller; a list, from peers inside these networks
+    # only: any client can send them, and switch off this service's retries for its request.
+    trusted_networks: Annotated[tuple[Network, ...], msgspec.Meta(max_length=10_000)] | None = None
+
+    def __post_init__(self) -> None:
+        for index, text in enumerate(self.trusted_networks or ()):
+            try:
+                ipaddress.ip_network(text)
+            except ValueError as exc:
+                raise ValueError(f"trusted_networks[{index}]: {exc}") from None
 
 
 class StatePolicy(StrictStruct, frozen=True):
