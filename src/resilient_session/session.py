@@ -62,6 +62,10 @@ class ResilientSession(TypedVerbs):
         rng: the source of jitter.
         registry: per-host state to share with another session; by default each session
             has its own, and ``close()`` releases it (the redis backend's sync thread).
+        **kwargs: passed on to the next class in the class list, so ``ResilientSession``
+            combines with another ``requests.Session`` subclass in either order, for
+            example ``class Api(ResilientSession, OAuth2Session)`` built as
+            ``Api(client_id=..., token=...)``.
 
     Raises:
         ConfigError: the configuration is invalid; the message names the key.
@@ -81,8 +85,10 @@ class ResilientSession(TypedVerbs):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         registry: HostRegistry | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
+        # The rest belong to the next class in the list (OAuth2Session's client_id, token, ...).
+        super().__init__(**kwargs)
         if registry is not None and config is not None:
             raise ValueError("pass config or registry, not both: a registry carries its config")
         self.config: Config = registry.config if registry is not None else load(config)
@@ -99,9 +105,11 @@ class ResilientSession(TypedVerbs):
             self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
         track_session(self)
 
-    # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
-    # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
-    # equal to requests.Session.request's, and the types are those of requests' own stubs.
+    # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
+    # call. They are passed on by keyword, so a Session subclass after this one in the class
+    # list whose request takes (method, url, **kwargs) (OAuth2Session, CacheMixin) gets them.
+    # tests/functional/test_session.py keeps this list equal to requests.Session.request's,
+    # and the types are those of requests' own stubs.
     def request(
         self,
         method: str | bytes,
@@ -137,14 +145,18 @@ class ResilientSession(TypedVerbs):
         """
         if isinstance(deadline, _Unset):
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         token = enter_scope(narrowed(deadline, self._clock, explicit=True))
         try:
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         finally:
             leave_scope(token)
