@@ -11,6 +11,7 @@ import requests
 from requests import Response
 from requests.adapters import BaseAdapter
 
+from ._foreign import Around, is_default, resilient_get_adapter
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
 from ._verbs import TypedVerbs
@@ -167,6 +168,28 @@ class ResilientSession(TypedVerbs):
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
+        # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
+        # attribute writes pay for this check, and a call makes none on the session.
+        if name == "get_adapter":
+            if is_default(self, value):
+                self.__dict__.pop("get_adapter", None)
+                return
+            value = resilient_get_adapter(value, self._around)
+        super().__setattr__(name, value)
+
+    def _around(self, adapter: BaseAdapter) -> ResilientAdapter:
+        """A ResilientAdapter sending each try through *adapter*, on this session's per-host
+        state; one is kept for the adapter last seen (a mocker's, for each of its sends)."""
+        kept: tuple[BaseAdapter, Around] | None = self.__dict__.get("_kept_around")
+        if kept is not None and kept[0] is adapter:
+            return kept[1]
+        around = Around(adapter, registry=self.registry, clock=self._clock, rng=self._rng)
+        around.serve(self)
+        self.__dict__["_kept_around"] = (adapter, around)
+        return around
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""

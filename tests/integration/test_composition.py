@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import requests
+import requests_mock
 from requests_cache import CacheMixin
 from requests_oauthlib import OAuth2Session
 
@@ -109,4 +110,16 @@ def test_cache_mixin_retries_then_answers_from_its_cache(flaky):
         second = s.get(flaky.url("/items"))
     assert (first.status_code, first.from_cache) == (200, False)
     assert (second.status_code, second.content, second.from_cache) == (200, b"items", True)
+    assert flaky.hits("/items") == 3
+
+
+def test_mocker_with_real_http_lets_unregistered_calls_reach_the_network(flaky):
+    """Under Mocker(real_http=True) a registered URL is mocked, retried to its 200, and an
+    unregistered one reaches the real upstream, which the pipeline retries 503, 503 to 200."""
+    with ResilientSession(FAST) as s, requests_mock.Mocker(real_http=True) as mocker:
+        mocker.get("http://svc.test/mocked", [{"status_code": 503}, {"status_code": 200}])
+        assert s.get("http://svc.test/mocked").status_code == 200
+        response = s.get(flaky.url("/items"))
+    assert (response.status_code, response.content) == (200, b"items")
+    assert mocker.call_count == 3  # two mocked tries, then the one the mocker passed on
     assert flaky.hits("/items") == 3
