@@ -16,7 +16,7 @@ from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
 from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, jitter_source
 from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
@@ -94,7 +94,7 @@ class ResilientSession(TypedVerbs):
             raise ValueError("pass config or registry, not both: a registry carries its config")
         self.config: Config = registry.config if registry is not None else load(config)
         self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        self._rng = rng if rng is not None else jitter_source()
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
         self.registry = (
