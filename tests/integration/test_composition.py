@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import requests
 import requests_mock
-from requests_cache import CacheMixin
+from requests_cache import CachedSession, CacheMixin
 from requests_oauthlib import OAuth2Session
 
-from resilient_session import ResilientSession
+from resilient_session import ResilientAdapter, ResilientSession, deadline
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 pytestmark = pytest.mark.integration
@@ -122,4 +122,31 @@ def test_mocker_with_real_http_lets_unregistered_calls_reach_the_network(flaky):
         response = s.get(flaky.url("/items"))
     assert (response.status_code, response.content) == (200, b"items")
     assert mocker.call_count == 3  # two mocked tries, then the one the mocker passed on
+    assert flaky.hits("/items") == 3
+
+
+@pytest.mark.usefixtures("insecure_oauth")
+def test_resilient_adapter_mounted_on_an_oauth2_session(flaky):
+    """The docs/integrations.md shape: a ResilientAdapter mounted on an OAuth2Session you
+    already have, calls under ``with deadline()``: 200 after three tries, each with the token
+    and each with the deadline's header."""
+    session = OAuth2Session(client_id="app", token=TOKEN)
+    adapter = ResilientAdapter(FAST)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    with session, deadline(5.0):
+        response = session.get(flaky.url("/items"))
+    assert response.status_code == 200
+    hits = flaky.received("/items")
+    assert [hit.header("Authorization") for hit in hits] == ["Bearer t0k3n"] * 3
+    assert all(int(hit.header("X-Request-Timeout-Ms") or 0) > 0 for hit in hits)
+
+
+def test_resilient_adapter_mounted_on_a_cached_session(flaky):
+    """A CachedSession with a ResilientAdapter mounted: retried once to the 200, then cached."""
+    session = CachedSession(backend="memory")
+    session.mount("http://", ResilientAdapter(FAST))
+    with session:
+        assert session.get(flaky.url("/items")).status_code == 200
+        assert session.get(flaky.url("/items")).from_cache
     assert flaky.hits("/items") == 3
