@@ -20,7 +20,7 @@ from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.fork import track_adapter
 from ._transport.watched import watch_pools
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, jitter_source
 from .config import Config, load
 from .deadline import current_scope
 
@@ -60,7 +60,7 @@ class ResilientAdapter(HTTPAdapter):
         super().__init__(**kwargs)
         self._session: weakref.ref[requests.Session] | None = None
         self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        self._rng = rng if rng is not None else jitter_source()
         # A registry made here is this adapter's to close (the redis backend's sync thread).
         self._own_registry: HostRegistry | None = None
         if registry is None:

@@ -11,11 +11,12 @@ import requests
 from requests import Response
 from requests.adapters import BaseAdapter
 
+from ._foreign import Around, is_default, resilient_get_adapter
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
 from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, jitter_source
 from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
@@ -62,6 +63,10 @@ class ResilientSession(TypedVerbs):
         rng: the source of jitter.
         registry: per-host state to share with another session; by default each session
             has its own, and ``close()`` releases it (the redis backend's sync thread).
+        **kwargs: passed on to the next class in the class list, so ``ResilientSession``
+            combines with another ``requests.Session`` subclass in either order, for
+            example ``class Api(ResilientSession, OAuth2Session)`` built as
+            ``Api(client_id=..., token=...)``.
 
     Raises:
         ConfigError: the configuration is invalid; the message names the key.
@@ -81,13 +86,15 @@ class ResilientSession(TypedVerbs):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         registry: HostRegistry | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
+        # The rest belong to the next class in the list (OAuth2Session's client_id, token, ...).
+        super().__init__(**kwargs)
         if registry is not None and config is not None:
             raise ValueError("pass config or registry, not both: a registry carries its config")
         self.config: Config = registry.config if registry is not None else load(config)
         self._clock = clock
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter only
+        self._rng = rng if rng is not None else jitter_source()
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
         self.registry = (
@@ -99,9 +106,11 @@ class ResilientSession(TypedVerbs):
             self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
         track_session(self)
 
-    # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
-    # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
-    # equal to requests.Session.request's, and the types are those of requests' own stubs.
+    # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
+    # call. They are passed on by keyword, so a Session subclass after this one in the class
+    # list whose request takes (method, url, **kwargs) (OAuth2Session, CacheMixin) gets them.
+    # tests/functional/test_session.py keeps this list equal to requests.Session.request's,
+    # and the types are those of requests' own stubs.
     def request(
         self,
         method: str | bytes,
@@ -137,14 +146,18 @@ class ResilientSession(TypedVerbs):
         """
         if isinstance(deadline, _Unset):
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         token = enter_scope(narrowed(deadline, self._clock, explicit=True))
         try:
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         finally:
             leave_scope(token)
@@ -155,6 +168,28 @@ class ResilientSession(TypedVerbs):
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
+        # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
+        # attribute writes pay for this check, and a call makes none on the session.
+        if name == "get_adapter":
+            if is_default(self, value):
+                self.__dict__.pop("get_adapter", None)
+                return
+            value = resilient_get_adapter(value, self._around)
+        super().__setattr__(name, value)
+
+    def _around(self, adapter: BaseAdapter) -> ResilientAdapter:
+        """A ResilientAdapter sending each try through *adapter*, on this session's per-host
+        state; one is kept for the adapter last seen (a mocker's, for each of its sends)."""
+        kept: tuple[BaseAdapter, Around] | None = self.__dict__.get("_kept_around")
+        if kept is not None and kept[0] is adapter:
+            return kept[1]
+        around = Around(adapter, registry=self.registry, clock=self._clock, rng=self._rng)
+        around.serve(self)
+        self.__dict__["_kept_around"] = (adapter, around)
+        return around
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
