@@ -13,6 +13,7 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.util import Timeout as Urllib3Timeout
 
 from resilient_session.attempt import Attempt, Outcome, Reason
+from resilient_session.body import body_cut
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded
 from resilient_session.inbound.headers import format_attempt
@@ -58,8 +59,9 @@ class EnforceDeadline:
             if names.attempt_header is not None:
                 values.append((names.attempt_header, attempt_value(attempt)))
             request = with_headers(request, values)
-        # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
-        watch = Watch(remaining)
+        # Per-read timeouts restart with each byte; the watchdog bounds the whole try: up to
+        # the body's last byte, unless the caller streams the body and so reads it later.
+        watch = Watch(remaining, body=False) if call.stream else Watch(remaining)
         token = WATCHED.set(watch)
         try:
             outcome = call_next(attempt.sending(request, timeout))
@@ -69,6 +71,10 @@ class EnforceDeadline:
             # is, costs one comparison.
             fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
         timed_out = outcome.error
+        if fired and timed_out is None and outcome.response is not None:
+            # Only a watch that lasts through the body fires on a try that returned: the body
+            # ended as its socket was shut down, so it may be cut short (a trailer is, silently).
+            return Outcome(error=body_cut(outcome.response, self._redact))
         if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
             not isinstance(timed_out, DeadlineExceeded)
         ):
