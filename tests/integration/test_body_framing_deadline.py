@@ -189,5 +189,6 @@ def test_closing_responses_leave_no_descriptor_behind(make_session):
     assert contents == [b"hello"] * 20
     assert connections == 21
     assert [str(warning.message) for warning in caught] == []
-    assert after == before
+    # At most: a daemon thread an earlier test left behind may close a socket meanwhile.
+    assert after <= before
     assert len(WATCHDOG) == 0
