@@ -52,7 +52,7 @@ from _chain_services import CALL_ID, B, C, Try, urllib3_session
 from _common import table, verdict
 
 from resilient_session import ResilientSession
-from resilient_session.policy import BudgetPolicy
+from resilient_session.config import BudgetPolicy
 
 SERVERS = ("waitress", "uvicorn")
 # (label, client, B wrapped in the middleware)
@@ -62,7 +62,7 @@ STACKS = (
     ("ResilientSession + middleware", "resilient", True),
 )
 # The hang runs the middleware twice: with the default margin_ms, and with one that covers
-# a hop's latency on a loaded machine (docs/benchmarks.md, "Across hops").
+# a hop's latency on a loaded machine (docs/benchmarks/chain.md, "Reading the figures").
 HANG_MARGIN_MS = 50
 CALLERS = 4
 DEADLINE = 1.0
@@ -324,7 +324,7 @@ def targets(storms: Sequence[Storm], hangs: Sequence[Hang]) -> list[list[str]]:
             ]
         )
         # The default margin is shown, not judged: whether 10 ms covers a hop depends on the
-        # machine (docs/benchmarks.md, "Across hops").
+        # machine (docs/benchmarks/chain.md, "Reading the figures").
         rows.append(
             [
                 h.server,

@@ -52,7 +52,7 @@ from _common import canned_transport, table, verdict
 from _upstream import CALL_ID_HEADER, Phase, Upstream
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
-from resilient_session.redis_server import RedisServer
+from resilient_session.testing import RedisServer
 
 WORKERS = 8
 THREADS = 4  # per worker: a retry's backoff wait must not stall the worker's schedule

@@ -429,9 +429,9 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
     move as the library changes: a setup that no longer fits is reported, not fatal."""
     from requests.adapters import HTTPAdapter
 
+    import resilient_session._observe.redact as redact_module
+    import resilient_session._state.registry as hosts_module
     import resilient_session.adapter as adapter_module
-    import resilient_session.redact as redact_module
-    import resilient_session.state.registry as hosts_module
 
     session = ResilientSession()
     request = requests.Request("GET", URL).prepare()
@@ -444,7 +444,7 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
         return lambda: start(request, registry=session.registry, clock=clock)
 
     def breaker_round_trip() -> Callable[[], object]:
-        from resilient_session.state.breaker import TryResult
+        from resilient_session._state.breaker import TryResult
 
         breaker = state.breaker
         return lambda: breaker.record(breaker.allow()[0], TryResult.SUCCESS)  # type: ignore[arg-type]
@@ -501,8 +501,8 @@ def _stage_ablation(rounds: int, calls: int = 200) -> None:
     plain and resilient alternating, the median of their differences.
     """
     try:
-        from resilient_session.pipeline import compose
-        from resilient_session.stages import standard_stages
+        from resilient_session._pipeline.drive import compose
+        from resilient_session._pipeline.stages import standard_stages
 
         session = ResilientSession()
         adapter: Any = session.get_adapter(URL)

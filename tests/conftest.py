@@ -11,13 +11,13 @@ import requests
 import structlog
 from structlog.testing import capture_logs
 
+from resilient_session._pipeline.attempt import Attempt, Outcome
+from resilient_session._pipeline.drive import drive
+from resilient_session._pipeline.stages import standard_chain
+from resilient_session._state.registry import HostRegistry, HostState
 from resilient_session.adapter import start_call
-from resilient_session.attempt import Attempt, Outcome
 from resilient_session.config import load
 from resilient_session.deadline import deadline as deadline_scope
-from resilient_session.pipeline import drive
-from resilient_session.stages import standard_chain
-from resilient_session.state.registry import HostRegistry, HostState
 from resilient_session.testing import FakeClock, ScriptedTransport, Step
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._observe.redact import redact_text, redact_url
+from ._observe.render import json_processors, log_json_lines
+from ._pipeline.attempt import Reason, Verdict
+from ._state.breaker import BreakerState
+from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
-from .attempt import Reason, Verdict
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .config import Config, load
 from .deadline import deadline, remaining
@@ -16,11 +20,7 @@ from .errors import (
     DeadlineExceeded,
     ThrottledError,
 )
-from .redact import redact_text, redact_url
-from .render import json_processors, log_json_lines
 from .session import UNSET, ResilientSession
-from .state.breaker import BreakerState
-from .state.registry import HostHealth, HostRegistry
 
 try:
     __version__ = version("resilient-session")

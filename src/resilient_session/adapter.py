@@ -12,16 +12,17 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
-from .attempt import UNDECIDED, Attempt, Call, Outcome
-from .body import read_body
+from ._observe.redact import sensitive_names
+from ._pipeline.attempt import UNDECIDED, Attempt, Call, Outcome
+from ._pipeline.drive import Next, drive
+from ._pipeline.stages import standard_chain
+from ._state.registry import HostRegistry
+from ._transport.body import read_body
+from ._transport.fork import track_adapter
+from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
-from .pipeline import Next, drive
-from .redact import sensitive_names
-from .stages import standard_chain
-from .state.registry import HostRegistry
-from .watched import watch_pools
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
@@ -68,6 +69,7 @@ class ResilientAdapter(HTTPAdapter):
             self._own_registry = registry
         else:
             self.attach(registry)
+        track_adapter(self)
 
     @property
     def registry(self) -> HostRegistry:
@@ -174,6 +176,7 @@ class ResilientAdapter(HTTPAdapter):
         registry = self._fresh_registry(config)
         self.attach(registry)
         self._own_registry = registry
+        track_adapter(self)
 
 
 def start_call(

@@ -1,24 +1,61 @@
-"""The three exceptions resilient_session adds, each a subclass of what it refines."""
+"""The exceptions resilient_session adds, each a subclass of what it refines."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 
-class DeadlineExceeded(requests.exceptions.Timeout):
+class _RedactedError(requests.exceptions.RequestException):
+    """What every exception the library raises on a call shares: nothing printed holds a secret.
+
+    Its message names the host (``scheme://host:port``) or a redacted URL, and its chain is
+    cut: the library sets no ``__cause__`` or ``__context__`` on it, and
+    ``__suppress_context__`` is True, so ``logging.exception`` or
+    ``traceback.format_exception`` prints this exception alone. The exception it stands for,
+    whose text (urllib3's) quotes the whole URL, is kept unprinted in :attr:`original`, for a
+    debugger or a deliberate look.
+
+    Attributes:
+        original: the exception this one replaced (a ``requests.ConnectTimeout`` for a connect
+            cut by the deadline, urllib3's ``ReadTimeoutError`` for a body), unredacted; None
+            for a try refused before it was sent. Do not log it as it is.
+        request: the request, as on every ``requests.RequestException``; unredacted too.
+    """
+
+    original: BaseException | None = None
+
+    def __init__(self, *args: Any, original: BaseException | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.original = original
+        # Even raised while another exception is handled, the traceback ends here.
+        self.__suppress_context__ = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled without the original, which may hold what cannot be pickled (urllib3's
+        # connection): a copy keeps the message and the request, as a cause was never kept.
+        state = {key: value for key, value in self.__dict__.items() if key != "original"}
+        return type(self), self.args, state
+
+
+class DeadlineExceeded(requests.exceptions.Timeout, _RedactedError):
     """The call's deadline ran out with no response at hand.
 
-    A subclass of ``requests.Timeout``, so ``except requests.Timeout`` still catches it.
+    A subclass of ``requests.Timeout``, so ``except requests.Timeout`` still catches it. Its
+    message is redacted and it prints no chain; the timeout or read error the deadline cut
+    short is :attr:`original`.
     """
 
 
-class CircuitOpenError(requests.exceptions.ConnectionError):
+class CircuitOpenError(requests.exceptions.ConnectionError, _RedactedError):
     """The host's circuit breaker refused the call before it touched the network.
 
     A subclass of ``requests.ConnectionError``: to the caller an open breaker looks like an
-    unreachable host, which is what it stands for.
+    unreachable host, which is what it stands for. Its message names the host alone, and it
+    has no chain: :attr:`original` is None.
     """
 
 
@@ -27,7 +64,8 @@ class ThrottledError(CircuitOpenError):
     share of recent tries, and this client sends it only what it is likely to answer.
 
     A subclass of ``CircuitOpenError``, so ``except CircuitOpenError`` (and ``except
-    requests.ConnectionError``) catch every local refusal.
+    requests.ConnectionError``) catch every local refusal. Its message names the host alone,
+    and it has no chain: :attr:`original` is None.
     """
 
 
@@ -36,7 +74,8 @@ class ConcurrencyLimitError(CircuitOpenError):
     client already has as many tries in flight to the host as it currently takes.
 
     A subclass of ``CircuitOpenError``, so ``except CircuitOpenError`` (and ``except
-    requests.ConnectionError``) catch every local refusal.
+    requests.ConnectionError``) catch every local refusal. Its message names the host alone,
+    and it has no chain: :attr:`original` is None.
     """
 
 

@@ -11,14 +11,15 @@ import requests
 from requests import Response
 from requests.adapters import BaseAdapter
 
+from ._state.registry import HostHealth, HostRegistry
+from ._transport.fork import track_session
+from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
 from .deadline import narrowed
-from .state.registry import HostHealth, HostRegistry
-from .verbs import TypedVerbs
 
 if TYPE_CHECKING:
     from requests.cookies import RequestsCookieJar
@@ -96,6 +97,7 @@ class ResilientSession(TypedVerbs):
         )
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry, clock=clock, rng=self._rng))
+        track_session(self)
 
     # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
     # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
@@ -173,6 +175,7 @@ class ResilientSession(TypedVerbs):
         """
         clone = self.__class__.__new__(self.__class__)
         clone.__dict__.update(self.__dict__)
+        track_session(clone)
         return clone
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -180,6 +183,7 @@ class ResilientSession(TypedVerbs):
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         self._owns_registry = True
+        track_session(self)
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter):
                 adapter.serve(self)

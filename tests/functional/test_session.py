@@ -16,7 +16,7 @@ from resilient_session import (
     ResilientSession,
     deadline,
 )
-from resilient_session.state.registry import HostRegistry
+from resilient_session._state.registry import HostRegistry
 from tests.functional.conftest import FAST
 
 URL = "http://svc.test/items"

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from resilient_session import HostRegistry, ResilientAdapter, ResilientSession
-from resilient_session.body import DRAIN_LIMIT
+from resilient_session._transport.body import DRAIN_LIMIT
 from tests.functional.conftest import FAST
 
 URL = "http://svc.test/items"

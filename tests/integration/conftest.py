@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from resilient_session import ResilientSession
-from resilient_session.redis_server import RedisServer
-from resilient_session.upstream import FlakyUpstream
+from resilient_session.testing.redis_server import RedisServer
+from resilient_session.testing.upstream import FlakyUpstream
 
 # Real time is spent in these tests, so backoff is tiny: the behaviour is what is tested.
 FAST_RETRY = {"backoff_base": 0.01, "backoff_cap": 0.05}

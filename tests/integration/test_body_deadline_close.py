@@ -62,7 +62,7 @@ def test_a_dripping_body_with_connection_close_is_cut_at_the_deadline(closing_dr
 
 def test_a_body_cut_names_the_url_without_configured_secrets(upstream):
     """events.redact_params reaches the messages the library builds, not only the events."""
-    from resilient_session.upstream import Drip
+    from resilient_session.testing.upstream import Drip
 
     upstream.script("/d", Drip(total_bytes=200, interval=0.05))
     config = {"defaults": {"retry": {"max_attempts": 1}}, "events": {"redact_params": ["mytoken"]}}

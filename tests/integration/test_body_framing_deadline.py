@@ -15,9 +15,9 @@ import requests
 from urllib3 import HTTPConnectionPool
 
 from resilient_session import DeadlineExceeded, ResilientSession
-from resilient_session.faults import Reply
-from resilient_session.upstream import FlakyUpstream
-from resilient_session.watchdog import WATCHDOG
+from resilient_session._transport.watchdog import WATCHDOG
+from resilient_session.testing.faults import Reply
+from resilient_session.testing.upstream import FlakyUpstream
 from tests.integration.conftest import SessionFactory
 from tests.integration.framer import GAP, TRICKLED, Framer
 from tests.threads import run_together

@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from resilient_session import CircuitOpenError
-from resilient_session.upstream import Flaky, Reply
+from resilient_session.testing.upstream import Flaky, Reply
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from resilient_session import Config, ConfigError, ResilientSession
 from resilient_session.config import load
-from resilient_session.policy import HostPolicy
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.config.policy import HostPolicy
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 pytestmark = pytest.mark.integration
 

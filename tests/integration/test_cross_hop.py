@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from resilient_session import ResilientSession
 from resilient_session.inbound import ASGIMiddleware, WSGIMiddleware
-from resilient_session.upstream import FlakyUpstream, Hang, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
 from tests.integration.servers import uvicorn_server, waitress_server
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import requests
 
 import resilient_session
 from resilient_session import DeadlineExceeded
-from resilient_session.upstream import Drip, Hang, Reply
+from resilient_session.testing.upstream import Drip, Hang, Reply
 
 pytestmark = pytest.mark.integration
 

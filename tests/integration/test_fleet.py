@@ -22,19 +22,19 @@ import redis
 import requests
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
+from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
+from resilient_session._state.fleet.budget import FleetBucket
+from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
+from resilient_session._state.fleet.lua import SYNC
+from resilient_session._state.fleet.redis_backend import RedisBackend
+from resilient_session._state.registry import HostRegistry
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
-from resilient_session.policy import BreakerPolicy, HostPolicy
-from resilient_session.state.breaker import BreakerState, TryResult
-from resilient_session.state.exchange import SyncedHost, take_batch, take_in
-from resilient_session.state.fleet_breaker import FleetBreaker, StateCode
-from resilient_session.state.fleet_budget import FleetBucket
-from resilient_session.state.lua import SYNC
-from resilient_session.state.redis_backend import RedisBackend
-from resilient_session.state.registry import HostRegistry
+from resilient_session.config.policy import BreakerPolicy, HostPolicy
 from resilient_session.testing import FakeClock
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
 from .conftest import FAST_RETRY
@@ -654,8 +654,7 @@ def test_a_fork_during_a_sync_leaves_the_child_no_lock_held(redis_server, key_pr
         return hosts_now()
 
     try:
-        backend._source = slow_hosts_now
-        backend.wake()
+        backend.serve(slow_hosts_now)
         assert inside.wait(5.0)
         pid = os.fork()
         if pid == 0:  # the child: report through the exit status only

@@ -12,17 +12,18 @@ import requests
 from structlog.testing import capture_logs
 
 from resilient_session import CircuitOpenError, ConcurrencyLimitError, ResilientSession
-from resilient_session.upstream import FlakyUpstream, Hang, Reply
+from resilient_session._state.limit import ConcurrencyLimit
+from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
 from tests.threads import run_together
 
 pytestmark = pytest.mark.integration
 
 
 def test_64_calls_in_flight_to_a_200_ms_host_are_never_refused(upstream):
-    """The default limit (32) lets 64 threads in at once: the 32 that wait are admitted as
-    the first 16 answers come back, each freeing its slot and adding one, one round trip
-    (0.2 s plus this machine's overhead) into a max_wait of 0.5 s. Three rounds, 192 calls:
-    zero refusals, every call answered 200."""
+    """64 threads at once on a fresh session: the 33rd try raises the limit (32) to the burst
+    (64) instead of waiting, the first answer keeps it at the 64 it came back from, and each
+    success near the limit adds one. Three rounds, 192 calls: zero refusals, every call
+    answered 200."""
     upstream.script("/slow", Reply(200, body=b"ok", delay=0.2))
     url = upstream.url("/slow")
     results: Counter[object] = Counter()
@@ -47,13 +48,13 @@ def test_64_calls_in_flight_to_a_200_ms_host_are_never_refused(upstream):
 
 
 def test_a_hanging_host_gets_the_limits_worth_of_tries_and_the_rest_fail_fast(make_session):
-    """Limit 4, 20 calls at once to a host that accepts and never answers: 4 tries reach it
-    and wait out their timeout; 16 calls get ConcurrencyLimitError after about max_wait,
-    events say fail_fast/concurrency_limit, and health agrees."""
+    """Limit 4 with no burst above it, 20 calls at once to a host that accepts and never
+    answers: 4 tries reach it and wait out their timeout; 16 calls get ConcurrencyLimitError
+    after about max_wait, events say fail_fast/concurrency_limit, and health agrees."""
     max_wait = 0.3
     session = make_session(
         retry={"max_attempts": 1},
-        limit={"initial": 4, "min": 4, "max_wait": max_wait},
+        limit={"initial": 4, "initial_burst": 4, "min": 4, "max_wait": max_wait},
     )
     with FlakyUpstream() as up:
         up.script("/hang", Hang(10))
@@ -94,6 +95,38 @@ def test_a_hanging_host_gets_the_limits_worth_of_tries_and_the_rest_fail_fast(ma
     assert (health.limited, health.refused, health.tries, health.in_flight) == (16, 16, 4, 0)
     # Four timeouts: 4 stays 4, the floor; the breaker saw 4 failures and no refusal.
     assert (health.limit, health.failures, health.rejected) == (4, 4, 0)
+
+
+def test_a_fresh_session_makes_no_try_of_a_burst_of_64_wait(upstream, monkeypatch):
+    """64 threads at once, three calls each, to a 200 ms host on a fresh session: no try ever
+    waits for a slot (the limit of 32 rises to the burst of 64 instead), none is refused, and
+    the limit the answers earned holds the whole flight. The latency this saves is measured
+    against plain requests by benchmarks/storm.py's healthy row, not timed here."""
+    waits: list[float | None] = []
+    real_wait = ConcurrencyLimit._wait_for_slot
+
+    def counted_wait(self: ConcurrencyLimit, deadline_at: float | None) -> bool:
+        waits.append(deadline_at)
+        return real_wait(self, deadline_at)
+
+    monkeypatch.setattr(ConcurrencyLimit, "_wait_for_slot", counted_wait)
+    upstream.script("/slow", Reply(200, body=b"ok", delay=0.2))
+    url = upstream.url("/slow")
+    statuses: Counter[int] = Counter()
+    lock = threading.Lock()
+    with ResilientSession() as session:
+
+        def body(_: int) -> None:
+            for _round in range(3):
+                status = session.get(url, timeout=5).status_code
+                with lock:
+                    statuses[status] += 1
+
+        run_together(64, body, timeout=30)
+        health = session.health()[_key(upstream)]
+    assert (statuses, len(waits)) == ({200: 192}, 0)
+    assert (health.limited, health.refused, health.in_flight) == (0, 0, 0)
+    assert health.limit >= 64
 
 
 def _key(upstream: FlakyUpstream) -> str:

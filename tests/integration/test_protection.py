@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from resilient_session import BreakerState, CircuitOpenError, ResilientSession
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 pytestmark = pytest.mark.integration
 

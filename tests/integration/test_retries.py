@@ -11,7 +11,7 @@ import requests
 from structlog.testing import capture_logs
 
 from resilient_session import CircuitOpenError
-from resilient_session.upstream import CloseWithoutReply, Reply, ResetMidBody, refused_url
+from resilient_session.testing.upstream import CloseWithoutReply, Reply, ResetMidBody, refused_url
 
 pytestmark = pytest.mark.integration
 

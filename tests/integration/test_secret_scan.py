@@ -2,18 +2,16 @@
 
 Each test fails a call in one way the library knows, against real loopback sockets, with a URL
 carrying userinfo, secret query and path-parameter values and a fragment, then scans every JSON
-event line, every exception the library built (str and repr, along the cause chain) and the
-CLI's stdout and stderr for the same failure. Exceptions of requests' own, re-raised unchanged,
-keep requests' text (docs/events.md, "Redaction"): they are set apart, never scanned.
+event line, every exception the library built (str and repr) and the CLI's stdout and stderr
+for the same failure. Exceptions of requests' own, re-raised unchanged, keep requests' text
+(docs/events.md, "Redaction"), as does the original a library exception keeps unprinted: they
+are set apart, never scanned here (test_secret_chain.py prints whole tracebacks).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,8 @@ from resilient_session import (
     log_json_lines,
 )
 from resilient_session.cli import main
-from resilient_session.upstream import LOOPBACK, Drip, FlakyUpstream, Hang, Reply, refused_url
+from resilient_session.testing.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
+from tests.integration.stall import full_backlog
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +76,12 @@ class Failure:
         except requests.RequestException as exc:
             chain: BaseException | None = exc
             while chain is not None:
-                built = isinstance(chain, DeadlineExceeded | CircuitOpenError)
-                (self.built if built else self.foreign).append(chain)
-                chain = chain.__cause__
+                if isinstance(chain, DeadlineExceeded | CircuitOpenError):
+                    self.built.append(chain)
+                    chain = chain.original
+                else:
+                    self.foreign.append(chain)
+                    chain = chain.__cause__
 
     def lines(self) -> list[str]:
         return self.events.getvalue().splitlines()
@@ -104,28 +106,6 @@ def cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, url: str, *args: str
     code = main(["get", "--config", str(config), *args, url])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
-
-
-@contextlib.contextmanager
-def full_backlog() -> Iterator[str]:
-    """An origin whose listening socket never accepts and whose backlog is full, so a connect
-    to it hangs in SYN-SENT until the client's connect timeout."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    fillers: list[socket.socket] = []
-    try:
-        listener.bind((LOOPBACK, 0))
-        listener.listen(0)
-        address = listener.getsockname()
-        for _ in range(4):
-            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            filler.setblocking(False)
-            fillers.append(filler)
-            with contextlib.suppress(BlockingIOError):
-                filler.connect(address)
-        yield f"http://{LOOPBACK}:{address[1]}"
-    finally:
-        for sock in [*fillers, listener]:
-            sock.close()
 
 
 def assert_clean(failure: Failure, cli_output: str) -> None:

@@ -11,8 +11,8 @@ from requests.adapters import HTTPAdapter
 from structlog.testing import capture_logs
 
 from resilient_session import BreakerState, DeadlineExceeded
-from resilient_session.body import DRAIN_LIMIT
-from resilient_session.upstream import Reply, refused_url
+from resilient_session._transport.body import DRAIN_LIMIT
+from resilient_session.testing.upstream import Reply, refused_url
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from resilient_session import CircuitOpenError, ResilientSession, ThrottledError
-from resilient_session.faults import Flaky
+from resilient_session.testing.faults import Flaky
 
 pytestmark = pytest.mark.integration
 

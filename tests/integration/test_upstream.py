@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from resilient_session.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
+from resilient_session.testing.upstream import Drip, FlakyUpstream, Hang, Reply, refused_url
 
 pytestmark = pytest.mark.integration
 

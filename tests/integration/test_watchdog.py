@@ -14,9 +14,9 @@ import requests
 from urllib3.connection import HTTPConnection
 
 from resilient_session import DeadlineExceeded
-from resilient_session import watched as watched_module
-from resilient_session.upstream import Drip, FlakyUpstream, Reply, Trickle
-from resilient_session.watchdog import FIRED, WATCHDOG, Watch, Watchdog
+from resilient_session._transport import watched as watched_module
+from resilient_session._transport.watchdog import FIRED, WATCHDOG, Watch, Watchdog
+from resilient_session.testing.upstream import Drip, FlakyUpstream, Reply, Trickle
 from tests.threads import run_together
 
 pytestmark = pytest.mark.integration

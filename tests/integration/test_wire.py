@@ -12,7 +12,7 @@ import requests
 import structlog
 
 import resilient_session
-from resilient_session.upstream import Reply
+from resilient_session.testing.upstream import Reply
 from tests.event_fields import HTTP_TRY_FIELDS
 
 pytestmark = pytest.mark.integration

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from resilient_session import ResilientSession
+from resilient_session._pipeline.stages.deadline import with_headers
 from resilient_session.adapter import start_call
 from resilient_session.deadline import (
     checked,
@@ -23,7 +24,6 @@ from resilient_session.deadline import (
     narrowed,
     remaining,
 )
-from resilient_session.stages.deadline import with_headers
 
 
 def test_nested_keeps_the_earliest(clock):
@@ -192,7 +192,7 @@ def test_a_urllib3_total_timeout_is_split_without_starting_it():
     what it is made of, each part capped by the total."""
     from urllib3.util import Timeout
 
-    from resilient_session.stages.deadline import split_timeout
+    from resilient_session._transport.timeouts import split_timeout
 
     assert split_timeout(Timeout(total=5)) == (5.0, 5.0)
     assert split_timeout(Timeout(connect=2, read=9, total=5)) == (2.0, 5.0)

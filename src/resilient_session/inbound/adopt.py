@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from resilient_session import intent
+from resilient_session._pipeline import intent
 from resilient_session.clock import Clock
 from resilient_session.config import Config
 from resilient_session.deadline import DeadlineScope, current_scope

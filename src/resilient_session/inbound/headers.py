@@ -1,11 +1,13 @@
 """Reading the caller's ``X-Request-Timeout-Ms`` and ``X-Request-Attempt`` headers, and
-writing the second one; anything malformed reads as absent."""
+writing the second one (``format_attempt``, kept here); anything malformed reads as absent."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
+
+from resilient_session._pipeline.attempt_header import format_attempt
 
 # Integer milliseconds, as the library sends them. Fifteen digits (over 30,000 years) is more
 # than any max_ms allows, and keeps int() cheap on a hostile value.
@@ -15,6 +17,14 @@ _COUNT: Final = re.compile(r"[0-9]{1,9}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # RFC 9110 section 5.6.3: optional whitespace is spaces and tabs.
 _OWS: Final = " \t"
+
+__all__ = [
+    "AttemptHeader",
+    "format_attempt",
+    "parse_attempt",
+    "parse_timeout_ms",
+    "single",
+]
 
 
 class AttemptHeader(NamedTuple):
@@ -86,8 +96,3 @@ def parse_attempt(value: str | None) -> AttemptHeader | None:
 def _count(text: str) -> int | None:
     text = text.strip(_OWS)
     return int(text) if _COUNT.fullmatch(text) else None
-
-
-def format_attempt(number: int, max_attempts: int) -> str:
-    """The ``X-Request-Attempt`` value of try *number* out of at most *max_attempts*."""
-    return f"{number}; max={max_attempts}"

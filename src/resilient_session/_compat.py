@@ -1,0 +1,83 @@
+"""Every private attribute of requests and urllib3 the library reads or writes, in one place.
+
+Each is a fact about the versions installed, not a promise of theirs: tests/unit/
+test_compat.py checks every one against the installed requests and urllib3, so the upgrade
+that removes or renames one fails there, by name, and not in the middle of a call. urllib3's
+private connection hooks that ``_transport/watched.py`` overrides (``_new_conn``,
+``_validate_conn``) are pinned by the same test.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.cookies import RequestsCookieJar
+from requests.structures import CaseInsensitiveDict
+from urllib3.util import Timeout as Urllib3Timeout
+
+HeaderStore = OrderedDict[str, tuple[str, str]]
+
+_new_object = object.__new__
+
+
+def header_store(headers: CaseInsensitiveDict[str]) -> HeaderStore:
+    """The map behind *headers*: folded name -> (name as given, value). requests 2.0 on."""
+    store: HeaderStore = headers._store  # type: ignore[attr-defined]
+    return store
+
+
+def headers_of(store: HeaderStore) -> CaseInsensitiveDict[str]:
+    """Headers that hold *store* as their map, built without copying it."""
+    headers: CaseInsensitiveDict[str] = _new_object(CaseInsensitiveDict)
+    headers._store = store  # type: ignore[attr-defined]
+    return headers
+
+
+def timeout_parts(timeout: Urllib3Timeout) -> tuple[Any, Any]:
+    """The connect and read parts a urllib3 ``Timeout`` was made with. Its public properties
+    raise for a ``total=`` timeout whose timer has not started; these can be read any time."""
+    return timeout._connect, timeout._read
+
+
+def request_cookies(request: requests.PreparedRequest) -> RequestsCookieJar | None:
+    """The jar a prepared request's Cookie header was built from (``prepare_cookies``)."""
+    jar: RequestsCookieJar | None = request._cookies  # type: ignore[attr-defined]
+    return jar
+
+
+def keep_content(response: requests.Response, body: bytes) -> None:
+    """Leave *body* as the response's read content, as ``Response.content`` leaves it."""
+    response._content = body
+    response._content_consumed = True  # type: ignore[attr-defined]
+
+
+def content_read(response: requests.Response) -> bool:
+    """Whether the response's body was read into ``content`` already (True when unknown)."""
+    return bool(getattr(response, "_content_consumed", True))
+
+
+def pool_settings(adapter: HTTPAdapter) -> tuple[int, int, bool]:
+    """What ``HTTPAdapter.__init__`` built the adapter's pool manager with (its pickled state,
+    from which its ``__setstate__`` rebuilds the manager)."""
+    return (
+        adapter._pool_connections,  # type: ignore[attr-defined]
+        adapter._pool_maxsize,  # type: ignore[attr-defined]
+        adapter._pool_block,  # type: ignore[attr-defined]
+    )
+
+
+def idle_connections(manager: Any) -> Iterator[Any]:
+    """The idle connections of every pool of a urllib3 pool manager, read without the locks
+    behind which urllib3 keeps them (for a forked child, where a lock a parent's thread held
+    stays held). Nothing, if urllib3 keeps them some other way."""
+    container = getattr(getattr(manager, "pools", None), "_container", None)
+    if container is None:
+        return
+    for pool in list(container.values()):
+        for conn in list(getattr(getattr(pool, "pool", None), "queue", None) or ()):
+            if conn is not None:
+                yield conn

@@ -1,0 +1,1 @@
+"""What the library tells the outside: structlog events, redaction, JSON lines."""

@@ -1,0 +1,130 @@
+"""The structured events: one ``http.try`` per try and one ``breaker.transition`` per change."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import structlog
+
+LOGGER_NAME = "resilient_session"
+
+_proxy = structlog.get_logger(LOGGER_NAME)
+
+
+class _Resolved(NamedTuple):
+    config: dict[str, Any]
+    logger: Any
+    # What a level fixed by the bound logger's class lets through, decided once.
+    info: bool
+    warning: bool
+    # A check for loggers whose level can change at run time (stdlib logging), made per event.
+    is_enabled_for: Callable[[int], bool] | None
+
+
+_resolved: _Resolved | None = None
+
+# make_filtering_bound_logger hands out one class per level, built once: a logger of one of
+# these classes has its level fixed for as long as the configuration holds.
+_FIXED_LEVEL_CLASSES = frozenset(
+    structlog.make_filtering_bound_logger(level)
+    for level in (
+        logging.NOTSET,
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+        logging.ERROR,
+        logging.CRITICAL,
+    )
+)
+
+
+def logger_for(level: int) -> Any | None:
+    """The ``resilient_session`` logger when an event at *level* would go anywhere, else None.
+
+    Nothing is emitted until the application configures structlog: structlog's unconfigured
+    default prints every event to stdout, and a library must not fill an application's stdout
+    uninvited. The bound logger is resolved once per structlog configuration rather than on
+    every event (the lazy proxy rebuilds it on each call), and a level the application filters
+    out costs no event fields at all. A level fixed by the logger's class is decided once with
+    it; a stdlib logger's level can change at any time, so it is asked on every event.
+    """
+    global _resolved
+    if not structlog.is_configured():
+        return None
+    config = structlog.get_config()
+    resolved = _resolved
+    # One comparison in C: the same objects compare equal at once, and a processor list
+    # changed in place no longer equals the copy of it kept here.
+    if resolved is None or resolved.config != config:
+        resolved = _resolved = _resolve(config)
+    if not (resolved.info if level <= logging.INFO else resolved.warning):
+        return None
+    is_enabled_for = resolved.is_enabled_for
+    if is_enabled_for is not None and not is_enabled_for(level):
+        return None
+    return resolved.logger
+
+
+def _resolve(config: dict[str, Any]) -> _Resolved:
+    logger = _proxy.bind()
+    fixed = type(logger) in _FIXED_LEVEL_CLASSES
+    info = logger.is_enabled_for(logging.INFO) if fixed else True
+    warning = logger.is_enabled_for(logging.WARNING) if fixed else True
+    # structlog documents _logger as the wrapped logger. The stdlib's own isEnabledFor is
+    # cached by the stdlib until a level changes, so asking it per event stays cheap.
+    wrapped = getattr(logger, "_logger", None)
+    is_enabled_for: Callable[[int], bool] | None = None
+    if isinstance(wrapped, logging.Logger):
+        is_enabled_for = wrapped.isEnabledFor
+    elif not fixed:
+        is_enabled_for = getattr(logger, "isEnabledFor", None) or getattr(
+            logger, "is_enabled_for", None
+        )
+    # A copy of the processors, of their own type: a tuple stays a tuple and equal.
+    kept = {**config, "processors": copy.copy(config["processors"])}
+    return _Resolved(kept, logger, info, warning, is_enabled_for)
+
+
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class StateChange(Protocol):
+    """A breaker state change as the event needs it (the breaker's ``Transition``): the events
+    name no guard, so the per-host state can report through them without a cycle."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def from_state(self) -> _Named: ...
+
+    @property
+    def to_state(self) -> _Named: ...
+
+
+def emit_transition(transition: StateChange) -> None:
+    """Log a breaker state change; called after the breaker's lock is released."""
+    logger = logger_for(logging.WARNING)
+    if logger is not None:
+        logger.warning(
+            "breaker.transition",
+            host=transition.host,
+            seq=transition.seq,
+            **{"from": transition.from_state.value, "to": transition.to_state.value},
+        )
+
+
+def emit_state_change(event: str, **fields: str | float) -> None:
+    """Log ``state.degraded`` or ``state.restored``: the shared state went out of reach, or
+    came back. Called from the state backend's own thread, never under a lock."""
+    logger = logger_for(logging.WARNING)
+    if logger is not None:
+        logger.warning(event, **fields)

@@ -1,0 +1,177 @@
+"""The frozen values that flow through the pipeline: a call, an attempt, an outcome, a decision.
+
+They are NamedTuples rather than frozen dataclasses: equally immutable, and several are built
+on every try, where a tuple is built in a fraction of the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import requests
+from requests.cookies import RequestsCookieJar
+
+from resilient_session._compat import request_cookies
+from resilient_session.errors import is_connect_failure
+
+if TYPE_CHECKING:
+    from resilient_session._state.breaker import BreakerState
+    from resilient_session._state.registry import HostState
+
+
+class Verdict(str, Enum):
+    """What happens after a try."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    GIVE_UP = "give_up"
+    FAIL_FAST = "fail_fast"
+
+
+class Reason(str, Enum):
+    """Why; the fixed set of ``reason`` values in ``http.try`` events."""
+
+    OK = "ok"
+    TRANSIENT = "transient"
+    OVERLOAD = "overload"
+    NOT_RETRYABLE = "not_retryable"
+    NOT_IDEMPOTENT = "not_idempotent"
+    BODY_NOT_REPLAYABLE = "body_not_replayable"
+    MAX_ATTEMPTS = "max_attempts"
+    RETRY_AFTER_TOO_LONG = "retry_after_too_long"
+    BREAKER_OPEN = "breaker_open"
+    DEADLINE = "deadline"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    DEADLINE_SPENT = "deadline_spent"
+    THROTTLED = "throttled"
+    CONCURRENCY_LIMIT = "concurrency_limit"
+    CALLER_RETRIES = "caller_retries"
+
+
+class Decision(NamedTuple):
+    """A verdict, its reason, and for a retry the seconds to wait first."""
+
+    verdict: Verdict
+    reason: Reason
+    wait: float = 0.0
+
+
+_new_tuple = tuple.__new__
+
+# What an outcome says until a stage decides: terminal, so a chain without a decide stage
+# never loops.
+UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
+
+
+class Outcome(NamedTuple):
+    """How one try ended: a response or an error, plus what was decided.
+
+    Errors travel as values; only :meth:`unwrap` turns them back into a raised exception. Both
+    are set only when a response's body was cut short: the error is what the caller gets.
+    """
+
+    response: requests.Response | None = None
+    error: Exception | None = None
+    decision: Decision = UNDECIDED
+    # Set when the try was refused locally (a guard or a spent deadline) and never left.
+    refused: Reason | None = None
+    breaker: BreakerState | None = None
+    # What the caller gets instead, when this try never reached the upstream (refused locally,
+    # or a retry that could not connect): the last try that did.
+    fallback: Outcome | None = None
+
+    @property
+    def status(self) -> int | None:
+        return self.response.status_code if self.response is not None else None
+
+    # These two run on every try: tuple.__new__ skips the keyword handling of the generated
+    # constructor, and the fields are spelled in their declared order.
+    def with_decision(self, decision: Decision) -> Outcome:
+        response, error, _, refused, breaker, fallback = self
+        return _new_tuple(Outcome, (response, error, decision, refused, breaker, fallback))
+
+    def with_breaker(self, state: BreakerState) -> Outcome:
+        response, error, decision, refused, _, fallback = self
+        return _new_tuple(Outcome, (response, error, decision, refused, state, fallback))
+
+    def unwrap(self) -> requests.Response:
+        """The response the caller gets, or raise the exception the caller sees."""
+        if self.fallback is not None:
+            return self.fallback.unwrap()
+        if self.error is not None:
+            raise self.error
+        if self.response is None:  # pragma: no cover - an Outcome always holds one of the two
+            raise RuntimeError("outcome holds neither a response nor an error")
+        return self.response
+
+
+class Call(NamedTuple):
+    """What stays the same across the tries of one ``adapter.send``."""
+
+    request: requests.PreparedRequest
+    method: str
+    state: HostState
+    stream: bool
+    timeout: Any
+    verify: bool | str
+    cert: Any
+    proxies: Mapping[str, str] | None
+    deadline_at: float | None
+    started_at: float
+    idempotent: bool
+    replayable: bool
+
+
+class Attempt(NamedTuple):
+    """One try of a call: its number, and the request and timeout it sends."""
+
+    call: Call
+    number: int
+    request: requests.PreparedRequest
+    timeout: Any
+    last_real: Outcome | None = None
+    # Cookies set by the responses of earlier tries, which were retried: this try's request
+    # carries them, as requests carries cookies across redirect hops.
+    cookies: RequestsCookieJar | None = None
+
+    @classmethod
+    def first(cls, call: Call) -> Attempt:
+        return _new_tuple(cls, (call, 1, call.request, call.timeout, None, None))
+
+    def next(self, outcome: Outcome) -> Attempt:
+        """The attempt after *outcome*, remembering the last try that reached the upstream
+        and any cookies its response set."""
+        reached = outcome.refused is None and not is_connect_failure(outcome.error)
+        last_real = outcome if reached else self.last_real
+        request, cookies = self.request, self.cookies
+        response = outcome.response
+        if response is not None and len(response.cookies):
+            cookies = RequestsCookieJar()
+            if self.cookies is not None:
+                cookies.update(self.cookies)
+            cookies.update(response.cookies)
+            request = _with_cookies(self.call.request, cookies)
+        return Attempt(self.call, self.number + 1, request, self.call.timeout, last_real, cookies)
+
+    def sending(self, request: requests.PreparedRequest, timeout: Any) -> Attempt:
+        return Attempt(self.call, self.number, request, timeout, self.last_real, self.cookies)
+
+
+def _with_cookies(
+    request: requests.PreparedRequest, cookies: RequestsCookieJar
+) -> requests.PreparedRequest:
+    """A copy of *request* that also sends *cookies*; the caller's request is left as it was.
+
+    The same steps as requests' ``resolve_redirects``: the Cookie header is rebuilt from the
+    request's jar once the new cookies are in it.
+    """
+    retry = request.copy()  # copies the jar too
+    jar = request_cookies(retry)
+    if jar is None:
+        jar = RequestsCookieJar()
+    jar.update(cookies)
+    retry.headers.pop("Cookie", None)
+    retry.prepare_cookies(jar)
+    return retry

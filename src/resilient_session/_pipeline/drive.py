@@ -1,0 +1,50 @@
+"""The pipeline's shape: middleware, their composition, and the one loop that drives tries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import FunctionType
+from typing import Protocol, TypeAlias
+
+from resilient_session.clock import Clock
+
+from .attempt import Attempt, Outcome, Verdict
+
+Next: TypeAlias = Callable[[Attempt], Outcome]
+
+# A module constant: looking a member up on its Enum class costs more, and this runs per try.
+_RETRY = Verdict.RETRY
+
+
+class Middleware(Protocol):
+    """One stage: runs once per try, around the stages inside it."""
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome: ...
+
+
+def compose(middlewares: Sequence[Middleware], transport: Next) -> Next:
+    """Chain *middlewares* around *transport*; the first one is the outermost."""
+    handler = transport
+    for middleware in reversed(middlewares):
+        handler = _link(middleware, handler)
+    return handler
+
+
+def _link(middleware: Middleware, call_next: Next) -> Next:
+    # A stage that is an object is called through its bound __call__: calling the object
+    # itself takes a slower path through the interpreter, once per stage per try.
+    stage = middleware if isinstance(middleware, FunctionType) else middleware.__call__
+    # One scope per link, so each closure keeps its own call_next.
+    return lambda attempt: stage(attempt, call_next)
+
+
+def drive(handler: Next, attempt: Attempt, clock: Clock) -> Outcome:
+    """Run tries until a decision is final; the only loop and the only place that sleeps."""
+    while True:
+        outcome = handler(attempt)
+        decision = outcome.decision
+        if decision.verdict is not _RETRY:
+            return outcome
+        if decision.wait > 0:
+            clock.sleep(decision.wait)
+        attempt = attempt.next(outcome)

@@ -1,0 +1,71 @@
+"""The breaker stage: the host's breaker admits or refuses each try and records its result."""
+
+from __future__ import annotations
+
+from resilient_session._observe.events import emit_transition
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.classify import meaning_of
+from resilient_session._pipeline.drive import Next
+from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session.errors import CircuitOpenError
+
+# The breaker counts this refusal from inside; the throttle and the limit count their own.
+_DEADLINE_SPENT = Reason.DEADLINE_SPENT
+_CLOSED = BreakerState.CLOSED
+_SUCCESS = TryResult.SUCCESS
+
+
+def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
+    """Fail fast while the host's breaker is open; otherwise send and count the result."""
+    breaker = attempt.call.state.breaker
+    permit, opened_to_probe = breaker.closed_admission or breaker.allow()
+    if opened_to_probe is not None:
+        emit_transition(opened_to_probe)
+    if permit is None:
+        error = CircuitOpenError(
+            f"circuit breaker for {breaker.host} is open; the call was not sent",
+            request=attempt.request,
+        )
+        return Outcome(
+            error=error,
+            refused=Reason.BREAKER_OPEN,
+            breaker=BreakerState.OPEN,
+            fallback=attempt.last_real,
+        )
+    try:
+        outcome = call_next(attempt)
+    except BaseException:
+        # Recorded even then, so a half-open probe slot is never leaked.
+        breaker.record(permit, TryResult.NEUTRAL)
+        raise
+    refused = outcome.refused
+    state, transition = breaker.record(
+        permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
+    )
+    if transition is not None:
+        if transition.to_state is _CLOSED:
+            reset_throttle(attempt)
+        emit_transition(transition)
+    return outcome.with_breaker(state)
+
+
+def reset_throttle(attempt: Attempt) -> None:
+    """Start the host's throttle window afresh: a probe just proved the host healthy, and the
+    failures that opened the breaker must not go on refusing tries it would now answer."""
+    throttle = attempt.call.state.throttle
+    if throttle is not None:
+        throttle.reset()
+
+
+def try_result(attempt: Attempt, outcome: Outcome) -> TryResult:
+    """What a try says about the host's health: its row of the host's table (state.meaning).
+
+    Failures are transport errors, timeouts of the host's own and 5xx. Any other answer
+    proves the host alive, 429 included: a throttling host said when to come back. A try
+    refused locally, failed for a reason of ours (TLS, a bad URL), or cut short by the caller's
+    deadline says nothing either way: one impatient caller says nothing about the host.
+    """
+    response = outcome.response
+    if response is not None and response.status_code < 400:
+        return _SUCCESS  # the table's first row, fixed whatever the tiers list
+    return meaning_of(outcome, attempt.call.state.table).breaker

@@ -1,0 +1,99 @@
+"""The decide stage: the tier of each outcome, the wait before a retry, and whether it fits."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.backoff import full_jitter, overload_backoff, parse_retry_after
+from resilient_session._pipeline.classify import meaning_of
+from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.intent import caller_retries
+from resilient_session._state.breaker import BreakerState
+from resilient_session._state.meaning import Tier
+from resilient_session.clock import Clock
+from resilient_session.errors import DeadlineExceeded, is_connect_failure
+
+_SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
+_CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
+
+
+def _give_up(reason: Reason) -> Decision:
+    return Decision(Verdict.GIVE_UP, reason)
+
+
+class Decide:
+    """Decides each try; the give-up reasons are checked in the order the contract fixes."""
+
+    def __init__(self, clock: Clock, rng: random.Random) -> None:
+        self._clock = clock
+        self._rng = rng
+
+    def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome:
+        outcome = call_next(attempt)
+        response = outcome.response
+        if response is not None and response.status_code < 400 and outcome.error is None:
+            # The happy path, decided without the tiers: any 2xx or 3xx ends the call.
+            return outcome.with_decision(_SUCCESS)
+        decision = self.decide(attempt, outcome)
+        if (
+            decision.verdict is not Verdict.RETRY
+            and attempt.last_real is not None
+            and is_connect_failure(outcome.error)
+        ):
+            # Like a try refused locally, a retry that could not even connect never reached
+            # the upstream: the caller gets what the last try that did reach it got.
+            return outcome._replace(decision=decision, fallback=attempt.last_real)
+        return outcome.with_decision(decision)
+
+    def decide(self, attempt: Attempt, outcome: Outcome) -> Decision:
+        if outcome.refused is not None:
+            return Decision(Verdict.FAIL_FAST, outcome.refused)
+        call = attempt.call
+        policy = call.state.policy.retry
+        tier = meaning_of(outcome, call.state.table).tier
+        if tier is Tier.SUCCESS:
+            return _SUCCESS
+        if tier is Tier.NEVER:
+            return _give_up(Reason.NOT_RETRYABLE)
+        if not call.idempotent and not is_connect_failure(outcome.error):
+            return _give_up(Reason.NOT_IDEMPOTENT)
+        if not call.replayable:
+            return _give_up(Reason.BODY_NOT_REPLAYABLE)
+        if attempt.number >= policy.max_attempts:
+            return _give_up(Reason.MAX_ATTEMPTS)
+        if tier is Tier.OVERLOAD:
+            reason = Reason.OVERLOAD
+            asked = self._retry_after(outcome)
+            # An infinite delay is too long even under an infinite cap: it could never be slept.
+            if asked is not None and (asked > policy.retry_after_cap or asked == math.inf):
+                return _give_up(Reason.RETRY_AFTER_TOO_LONG)
+            wait = (
+                asked
+                if asked is not None
+                else overload_backoff(
+                    attempt.number, policy.backoff_base, policy.backoff_cap, self._rng
+                )
+            )
+        else:
+            reason = Reason.TRANSIENT
+            wait = full_jitter(attempt.number, policy.backoff_base, policy.backoff_cap, self._rng)
+        if outcome.breaker is BreakerState.OPEN:
+            return _give_up(Reason.BREAKER_OPEN)
+        if isinstance(outcome.error, DeadlineExceeded):
+            return _give_up(Reason.DEADLINE)
+        if call.deadline_at is not None and self._clock.monotonic() + wait >= call.deadline_at:
+            return _give_up(Reason.DEADLINE)
+        if caller_retries():
+            # The request being served will be tried again by its caller, which repeats this
+            # call too: a retry here as well would multiply the tries below.
+            return _CALLER_RETRIES
+        return Decision(Verdict.RETRY, reason, wait)
+
+    def _retry_after(self, outcome: Outcome) -> float | None:
+        # RFC 9110 §10.2.3; honoured only on the overload statuses, ignored elsewhere.
+        response = outcome.response
+        if response is None:
+            return None
+        return parse_retry_after(response.headers.get("Retry-After"), self._clock.wall())

@@ -1,0 +1,37 @@
+"""The throttle stage: refuse locally the share of tries a partly failing host would fail."""
+
+from __future__ import annotations
+
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
+from resilient_session._pipeline.classify import meaning_of
+from resilient_session._pipeline.drive import Next
+from resilient_session.errors import ThrottledError
+
+
+def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
+    """Refuse a try with the host's throttle probability; otherwise send it and count it."""
+    state = attempt.call.state
+    throttle = state.throttle
+    if throttle is None:
+        return call_next(attempt)
+    # A half-open breaker admits only probes, sent on purpose to test the host: refusing one
+    # would only hand its slot to the next call. Its result still counts below.
+    if state.breaker.closed_admission is not None:
+        probability = throttle.ask()
+        if probability is not None:
+            error = ThrottledError(
+                f"adaptive throttle for {state.key} refused the try (refusal chance "
+                f"{probability:.1%}: the host failed most recent tries); it was not sent",
+                request=attempt.request,
+            )
+            return Outcome(error=error, refused=Reason.THROTTLED, fallback=attempt.last_real)
+    outcome = call_next(attempt)
+    accepted = meaning_of(outcome, state.table).accepted
+    if accepted is not None:
+        throttle.record(accepted)
+    # No try at all (accepted None): a try an inner guard refused (the limit, the spent
+    # deadline) never reached the host, one the caller's deadline cut short says only that the
+    # caller was in a hurry, and a TLS or URL error is ours. Counted as tries without an
+    # accept they would read as failures, and one impatient caller would throttle a healthy
+    # host for every other caller of the session.
+    return outcome

@@ -1,0 +1,356 @@
+"""The redis backend: each host's guards kept in step with a fleet's, off the caller's thread.
+
+A per-session daemon thread does every Redis round trip: every ``sync_interval_ms``, and at
+once when a failure may open a breaker, it sends each host in use its batch (the failures,
+successes, deposits, withdrawals and throttle counts since the last sync) and reads the
+fleet's state back, all in one pipeline of one Lua script call per host; idle hosts are read
+a few at a time (``roster`` says which hosts a sync sends). A call only ever reads local
+fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
+guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
+per outage. docs/fleet.md says what is kept where and what is promised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import random
+import threading
+import uuid
+import weakref
+from typing import Any, Final
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from resilient_session._observe.events import emit_state_change
+from resilient_session._observe.redact import redact_store_message, redact_store_url
+from resilient_session._state.interface import Guards, Held, HostsNow
+from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.config.policy import HostPolicy, StatePolicy
+from resilient_session.errors import ConfigError
+
+from . import sync_thread
+from .breaker import FleetBreaker
+from .budget import FleetBucket
+from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
+from .lua import (
+    CORRECTED_BREAKER,
+    CORRECTED_BUDGET,
+    CORRECTED_THROTTLE,
+    CORRECTED_WORKERS,
+    SYNC,
+)
+from .roster import Roster
+from .throttle import FleetThrottle
+
+# A worker is counted in a host's budget split while it synced within this many intervals.
+_ALIVE_INTERVALS: Final = 3
+_MIN_ALIVE_MS: Final = 1_000
+# Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
+_OUTAGE_SYNCS: Final = 2
+# A fork waits at most this long for a sync in flight: one lasts a few timeout_ms, and
+# one waiting on Redis past this holds only its socket.
+_FORK_WAIT: Final = 5.0
+
+# Hosts told of by a state.corrected event, at most: a prefix written over wholesale is one
+# incident, not one warning per host held.
+_MAX_CORRECTED_SHOWN: Final = 100
+_CORRECTED_NAMES: Final = (
+    (CORRECTED_BREAKER, "breaker"),
+    (CORRECTED_BUDGET, "budget"),
+    (CORRECTED_THROTTLE, "throttle"),
+    (CORRECTED_WORKERS, "workers"),
+)
+
+_live: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
+
+
+class RedisBackend:
+    """Guards shared with every worker that names the same Redis and ``key_prefix``.
+
+    Args:
+        policy: the ``state:`` section.
+        clock: the clock the guards run on.
+        rng: the guards' random source (the throttle's draws).
+
+    Raises:
+        ConfigError: ``state.url`` is not a URL redis-py can connect with.
+    """
+
+    name = "redis"
+
+    def __init__(self, policy: StatePolicy, clock: Clock, rng: random.Random) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._rng = rng
+        # The reopening jitter is drawn on the sync thread, from its own source, so the
+        # session's backoff jitter stays the sequence it would be in memory.
+        self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
+        self._interval = policy.sync_interval_ms / 1000
+        self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
+        self._url_shown = redact_store_url(policy.url)
+        timeout = policy.timeout_ms / 1000
+        try:
+            # One attempt within timeout_ms: redis-py's default retries with backoff alone
+            # would outlast it.
+            self._client: redis.Redis = redis.Redis.from_url(
+                policy.url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+                health_check_interval=0,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
+        self._script = self._client.register_script(SYNC)
+        self._source: HostsNow = list
+        # A host stays in use as long as a worker that stopped calling it stays counted in
+        # its budget split: a worker calling a host now and then is not dropped in between.
+        self._roster = Roster(policy.key_prefix, self._alive_ms / 1000, SYSTEM_CLOCK)
+        # Held for each sync, and by a fork for its duration: a sync takes the registry's,
+        # the guards' and redis-py's locks, and one held at a fork stays held in the child.
+        self._syncing = threading.Lock()
+        self._begin()
+        _live.add(self)
+
+    def _begin(self) -> None:
+        """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
+        # Hosts whose corrected values were logged already.
+        self._corrected: set[str] = set()
+        self._wake = threading.Event()
+        self._closed = False
+        self._degraded_at: float | None = None
+        self._failing_since: float | None = None
+        self._failed_syncs = 0
+        self._worker = uuid.uuid4().hex
+        self._thread = threading.Thread(
+            target=sync_thread.run,
+            args=(weakref.ref(self), self._wake, self._interval),
+            name="resilient-session-state-sync",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def degraded(self) -> bool:
+        return self._degraded_at is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def synced(self) -> list[str]:
+        """The host keys kept in step as of the last sync, idle ones included."""
+        return list(self._roster.hosts)
+
+    def serves(self, wake: threading.Event) -> bool:
+        """True while open and waking its thread with *wake* (a forked child has its own)."""
+        return not self._closed and self._wake is wake
+
+    def _touch(self, key: str) -> None:
+        """Sync soon, host *key* included: a failure may open its breaker, or it was called
+        after a quiet spell. Looked up on each call, as a forked child's thread waits on an
+        event of its own; nothing is noted once closed, when no sync comes to take it."""
+        if not self._closed:
+            self._roster.touch(key)
+            self._wake.set()
+
+    def build(self, key: str, policy: HostPolicy) -> Guards:
+        clock, rng = self._clock, self._rng
+        return (
+            FleetBreaker(key, policy.breaker, clock, rng, functools.partial(self._touch, key)),
+            FleetBucket(policy.budget, clock),
+            FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
+        )
+
+    def serve(self, hosts: HostsNow) -> None:
+        """Sync, from now on, the hosts *hosts* returns at each sync."""
+        self._source = hosts
+        self._roster.changed()
+        self._wake.set()
+
+    def added(self, host: Held) -> None:
+        """Sync now: a new host's state is read from the fleet at once, not a tick later."""
+        self._roster.add(host)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the sync thread and drop the connections; the guards go on locally."""
+        self._closed = True
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
+        # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must
+        # not reach the caller either.
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's thread did not come along; start this worker's,
+        with a worker id of its own, for the hosts the parent had."""
+        self._begin()
+
+    # -- the sync thread's side ----------------------------------------------------------------
+
+    def sync(self) -> None:
+        """One round trip: the batches of the hosts in use out, the fleet's state in; idle
+        hosts a few at a time. Never raises."""
+        with self._syncing:
+            self._sync()
+
+    def _sync(self) -> None:
+        roster = self._roster
+        roster.refresh(self._source)
+        hosts: list[SyncedHost] = []
+        batches: list[Batch] = []
+        # After a failed sync, one host at least: a sync is how the backend learns that Redis
+        # is back, with no host in use as well.
+        for host, resting in roster.due(at_least_one=self._failed_syncs > 0):
+            batch = take_batch(host, self._worker, self._alive_ms, self._jitter)
+            if roster.keep(host, batch, resting):
+                hosts.append(host)
+                batches.append(batch)
+        if not hosts:
+            return
+        try:
+            replies = self._run_script(hosts, batches)
+        except Exception as error:  # noqa: BLE001 - every Redis failure ends here, as local work
+            self._degrade(error, hosts, batches)
+            return
+        refusals = [reply for reply in replies if isinstance(reply, Exception)]
+        if len(refusals) == len(replies):
+            # A Redis that answers but refuses every script (out of memory, a read-only
+            # replica, a script it cannot run) shares nothing: an outage like a dead one.
+            self._degrade(refusals[0], hosts, batches)
+            return
+        for host, batch, reply in zip(hosts, batches, replies, strict=True):
+            if isinstance(reply, Exception):
+                # A key of the wrong type: that host runs on its own state until a good
+                # reply comes, not on a fleet's run of failures it can no longer read.
+                isolate(host)
+            else:
+                corrected = take_in(host, batch, reply)
+                if corrected and host.breaker.host not in self._corrected:
+                    self._report_corrected(host.breaker.host, corrected)
+        roster.read(hosts)
+        self._restore()
+
+    def _report_corrected(self, key: str, corrected: int) -> None:
+        """One ``state.corrected`` per host and process: values under the prefix that no
+        worker's script writes, which someone else put there."""
+        if len(self._corrected) >= _MAX_CORRECTED_SHOWN:
+            return
+        self._corrected.add(key)
+        emit_state_change(
+            "state.corrected",
+            backend=self.name,
+            url=self._url_shown,
+            host=key,
+            fields=",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit),
+        )
+
+    def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
+        """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
+        (restarted, SCRIPT FLUSH) answers NOSCRIPT to all of them, and ran none: the script is
+        loaded through its ``Script`` object and those hosts' batches are sent again."""
+        replies = self._pipeline(hosts, batches)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            self._script.sha = self._client.script_load(self._script.script)
+            again = self._pipeline([hosts[i] for i in missing], [batches[i] for i in missing])
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+
+    def _pipeline(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
+        # Not the Script object's own pipeline support: it asks SCRIPT EXISTS first, a second
+        # round trip on every sync.
+        pipe = self._client.pipeline(transaction=False)
+        try:
+            for host, batch in zip(hosts, batches, strict=True):
+                pipe.evalsha(self._script.sha, len(host.keys), *host.keys, *batch.args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies
+        finally:
+            pipe.reset()
+
+    def _degrade(self, error: Exception, hosts: list[SyncedHost], batches: list[Batch]) -> None:
+        if self._failed_syncs + 1 < _OUTAGE_SYNCS:
+            # A blip: the batch goes out again with the next sync, so a slow Redis loses no
+            # count. A sync that timed out after the server ran it is counted twice: at most
+            # one batch per worker per blip, and in the cautious direction for the breaker.
+            for host, batch in zip(hosts, batches, strict=True):
+                put_back(host, batch)
+        else:
+            # An outage: the counts are this process's own from here on. Idle hosts too, at
+            # its start: the fleet's view they last read must not count while out of reach.
+            starts = self._failed_syncs + 1 == _OUTAGE_SYNCS
+            for host in self._roster.hosts.values() if starts else hosts:
+                isolate(host)
+        now = SYSTEM_CLOCK.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._failed_syncs += 1
+        # One failed sync is a blip (a busy machine can hold a healthy Redis past 20 ms once):
+        # the guards ran locally meanwhile and the batch goes out again, but only a second
+        # failure in a row is an outage worth an event.
+        if self._failed_syncs >= _OUTAGE_SYNCS and self._degraded_at is None and not self._closed:
+            self._degraded_at = self._failing_since
+            emit_state_change(
+                "state.degraded", backend=self.name, url=self._url_shown, error=_name(error)
+            )
+
+    def _restore(self) -> None:
+        self._failed_syncs = 0
+        self._failing_since = None
+        degraded_at = self._degraded_at
+        if degraded_at is not None:
+            self._degraded_at = None
+            emit_state_change(
+                "state.restored",
+                backend=self.name,
+                url=self._url_shown,
+                degraded_for=round(SYSTEM_CLOCK.monotonic() - degraded_at, 6),
+            )
+
+
+def _name(error: Exception) -> str:
+    return type(error).__name__
+
+
+# The backends whose sync a fork in progress holds off.
+_held: list[RedisBackend] = []
+
+
+def _before_fork() -> None:
+    # Each sync thread takes its own backend's lock only, and no caller forks from inside a
+    # guard or the registry: waiting here for a sync in flight cannot deadlock.
+    # Bounded all the same: a fork from inside a sync (a log handler's) must not hang.
+    for backend in list(_live):
+        if backend._syncing.acquire(timeout=_FORK_WAIT):
+            _held.append(backend)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop()._syncing.release()
+
+
+def _after_fork_in_child() -> None:
+    _after_fork_in_parent()
+    for backend in list(_live):
+        if not backend.closed:
+            backend.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

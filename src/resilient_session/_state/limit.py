@@ -1,0 +1,220 @@
+"""The per-host concurrency limit: at most ``limit`` tries in flight, the limit adapting (AIMD).
+
+The rule is the loss-based one of Netflix's concurrency-limits (``AIMDLimit``) and Palantir
+Dialogue: a try that comes back in time while the flight is near the limit adds one to it; a
+try the host dropped (a timeout, a transport error, an overload status) multiplies it by
+``backoff_ratio``; ``min`` and ``max`` bound it. Dialogue's "cautious" variant adds 1/limit
+per success; one per success is Netflix's, and doubles the limit per round trip while the
+flight fills it, as TCP's slow start does.
+
+Growth needs answers, so a burst that arrives at once on a host that has not answered yet
+would wait a round trip for them. Until the first answer, a try that finds the flight at the
+limit raises it to ``initial_burst`` instead; the first answer then sets it on evidence: the
+flight it came back from (if more than ``initial``) for a success, ``initial`` times
+``backoff_ratio`` for a drop. A host that hangs from its first try thus gets ``initial_burst``
+tries; one that hangs after answering gets the limit its answers earned (see
+docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from resilient_session.clock import Clock, SystemClock
+from resilient_session.config.policy import LimitPolicy
+
+
+class Signal(Enum):
+    """What a finished try says about the host's capacity."""
+
+    # Answered in time: the limit may grow.
+    SUCCESS = "success"
+    # Timed out, failed in transport or said it is overloaded: the limit shrinks.
+    DROP = "drop"
+    # Says nothing about capacity: a 5xx other than overload, a caller's own deadline, a
+    # configuration error, a try that raised. The slot is given back and the limit kept.
+    IGNORE = "ignore"
+
+
+_SUCCESS = Signal.SUCCESS
+_DROP = Signal.DROP
+_IGNORE = Signal.IGNORE
+
+Waiter = Callable[[threading.Condition, float], object]
+"""Blocks on the condition (its lock held) for at most the given seconds of the clock's time."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSnapshot:
+    """A consistent read of a limit and its counters."""
+
+    limit: int
+    in_flight: int
+    limited: int
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` tries in flight to one host; a try over it waits, then is refused.
+
+    One lock guards every field; a ``threading.Condition`` on it wakes a waiting try when a
+    slot frees or the limit grows. Nothing slow runs under the lock: waiting releases it.
+    """
+
+    # A registry keeps up to max_hosts of these: slots, and the condition made on first wait.
+    __slots__ = (
+        "_burst",
+        "_cap",
+        "_clock",
+        "_in_flight",
+        "_limit",
+        "_limited",
+        "_lock",
+        "_policy",
+        "_slot_freed",
+        "_waiter",
+        "_waiting",
+        "host",
+    )
+
+    def __init__(
+        self, host: str, policy: LimitPolicy, clock: Clock, waiter: Waiter | None = None
+    ) -> None:
+        self.host = host
+        self._policy = policy
+        self._clock = clock
+        self._waiter = waiter
+        self._lock = threading.Lock()
+        self._slot_freed: threading.Condition | None = None
+        self._limit = float(policy.initial)
+        # int(self._limit), kept beside it so admission compares two ints.
+        self._cap = policy.initial
+        # What the limit rises to when a host that has not answered yet is sent more than
+        # initial at once; 0 once it has answered, or when that would be no rise at all.
+        burst = min(policy.max, policy.initial_burst)
+        self._burst = burst if burst > policy.initial else 0
+        self._in_flight = 0
+        self._waiting = 0
+        self._limited = 0
+
+    @property
+    def limit(self) -> int:
+        """The limit now, as a whole number of tries."""
+        return self._cap
+
+    def acquire(self, deadline_at: float | None) -> bool:
+        """Take a slot (True), waiting up to ``max_wait`` and never past *deadline_at* (a
+        ``clock.monotonic()`` instant) when none is free; False when none freed in time.
+
+        The clock is read only when the try has to wait, so a free slot costs one lock.
+        """
+        with self._lock:
+            if self._in_flight < self._cap:
+                self._in_flight += 1
+                return True
+            if self._in_flight < self._burst:
+                # No answer yet, so no growth yet: a waiting try would wait a whole round
+                # trip. The first answer puts the limit back on evidence (_end_burst).
+                self._cap = self._burst
+                self._limit = float(self._burst)
+                self._in_flight += 1
+                return True
+            return self._wait_for_slot(deadline_at)
+
+    def _wait_for_slot(self, deadline_at: float | None) -> bool:
+        clock = self._clock
+        wait_until = clock.monotonic() + self._policy.max_wait
+        if deadline_at is not None and deadline_at < wait_until:
+            wait_until = deadline_at
+        slot_freed = self._slot_freed
+        if slot_freed is None:
+            slot_freed = self._slot_freed = threading.Condition(self._lock)
+        wait = self._waiter if self._waiter is not None else waiter_for(clock)
+        self._waiting += 1
+        try:
+            while True:
+                remaining = wait_until - clock.monotonic()
+                if remaining <= 0:
+                    self._limited += 1
+                    return False
+                wait(slot_freed, remaining)
+                # A newcomer may have taken the freed slot first (no queue is kept): then
+                # this try waits again, for what is left of its time.
+                if self._in_flight < self._cap:
+                    self._in_flight += 1
+                    return True
+        finally:
+            self._waiting -= 1
+
+    def release(self, signal: Signal) -> None:
+        """Give back a slot taken by :meth:`acquire`, adapting the limit to *signal*."""
+        with self._lock:
+            in_flight = self._in_flight
+            self._in_flight = in_flight - 1
+            if self._burst and signal is not _IGNORE:
+                self._end_burst(signal, in_flight)
+            if signal is _SUCCESS:
+                # "Near the limit": at least half of it in flight, this try included. Below
+                # that the limit is not what bounds the flight, and a success there proves
+                # nothing about a higher one; growing anyway would let a quiet client's
+                # limit drift to max, and a host that then starts hanging would take max
+                # tries. So the limit stays within twice the flight it has seen succeed.
+                if in_flight * 2 >= self._limit and self._cap < self._policy.max:
+                    self._limit = min(self._policy.max, self._limit + 1.0)
+                    self._cap = int(self._limit)
+            elif signal is _DROP:
+                policy = self._policy
+                self._limit = max(policy.min, self._limit * policy.backoff_ratio)
+                self._cap = int(self._limit)
+            if self._waiting:
+                free = self._cap - self._in_flight
+                if free > 0 and self._slot_freed is not None:
+                    self._slot_freed.notify(free)
+
+    def _end_burst(self, signal: Signal, in_flight: int) -> None:
+        """The host's first answer (the lock held): the limit it came back under replaces
+        the burst, which no answer had vouched for. A success shows the host answering with
+        *in_flight* tries out, so the limit keeps that much (from there the rule in
+        :meth:`release` adds one); a drop shows nothing held, so the burst counts for none
+        and the limit falls from ``initial``."""
+        self._burst = 0
+        initial = self._policy.initial
+        self._limit = float(in_flight if signal is _SUCCESS and in_flight > initial else initial)
+        self._cap = int(self._limit)
+
+    def after_fork(self) -> None:
+        """In a forked child, where only the forking thread runs: a fresh lock, every slot
+        free and no try waiting. The tries of a parent's threads never end there, so their
+        slots would never come back, and at the limit the child would refuse every call to
+        the host. No try forks while it holds a slot. The limit itself is kept."""
+        self._lock = threading.Lock()
+        self._slot_freed = None
+        self._in_flight = 0
+        self._waiting = 0
+
+    def snapshot(self) -> LimitSnapshot:
+        with self._lock:
+            return LimitSnapshot(self._cap, self._in_flight, self._limited)
+
+
+def waiter_for(clock: Clock) -> Waiter:
+    """How a try waits for a slot on *clock*: on the condition in real time for the system
+    clock; otherwise by sleeping on *clock* itself, lock released, so a test's fake clock
+    moves by exactly the wait and no real time passes."""
+    if isinstance(clock, SystemClock):
+        return _wait_in_real_time
+
+    def sleep_on_clock(condition: threading.Condition, seconds: float) -> None:
+        condition.release()
+        try:
+            clock.sleep(seconds)
+        finally:
+            condition.acquire()
+
+    return sleep_on_clock
+
+
+def _wait_in_real_time(condition: threading.Condition, seconds: float) -> None:
+    condition.wait(seconds)

@@ -1,0 +1,312 @@
+"""Per-host state (breaker, budget, concurrency limit, policy) in a bounded, thread-safe map."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+from urllib.parse import urlsplit
+
+from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.config import Config
+from resilient_session.config.policy import HostPolicy
+
+from .backend import open_backend
+from .breaker import BreakerState, CircuitBreaker
+from .budget import TokenBucket
+from .interface import Held, StateBackend
+from .limit import ConcurrencyLimit, LimitSnapshot
+from .meaning import TryTable, table_for
+from .throttle import AdaptiveThrottle, ThrottleSnapshot
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# What health shows for a host whose throttle or concurrency limit is disabled.
+_NO_THROTTLE = ThrottleSnapshot(0.0, 0, 0, 0)
+_NO_LIMIT = LimitSnapshot(0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """Everything kept for one ``scheme://host:port``."""
+
+    key: str
+    policy: HostPolicy
+    breaker: CircuitBreaker
+    bucket: TokenBucket
+    # None when the host's throttle is disabled: the stage then costs one attribute check.
+    throttle: AdaptiveThrottle | None
+    # (connect, read) for a try whose caller gave no timeout, built once rather than per call.
+    default_timeout: tuple[float, float]
+    # None when the policy disables it: the stage then costs one attribute check.
+    limit: ConcurrencyLimit | None
+    # What a finished try means to decide and to each guard, by this host's statuses.
+    table: TryTable
+
+
+@dataclass(frozen=True, slots=True)
+class HostHealth:
+    """A read-only view of one host, as a service's /health endpoint would show it.
+
+    A *try* is one sent toward the upstream, admitted by every local guard. A try refused
+    locally (breaker open, throttled, concurrency limit full, deadline spent: a ``fail_fast``
+    event) is no try: it is counted in ``refused``. So ``tries`` equals the ``http.try`` events
+    whose decision is not ``fail_fast``, and ``refused`` those whose decision is.
+
+    Attributes:
+        breaker: the breaker's state now.
+        open_for: seconds until an open breaker lets a probe through; 0 unless open.
+        tokens: retry budget tokens left; a retry takes one whole token.
+        calls: calls started (their first try), refused ones included.
+        tries: tries sent toward the upstream, first tries and retries alike.
+        retries: retries the budget paid a token for; one refused after its wait counts too.
+        failures: sent tries that failed in the breaker's eyes: transport errors, timeouts, 5xx.
+        refused: tries refused locally, never sent: ``rejected`` plus ``deadline_spent``
+            plus ``throttled`` plus ``limited``.
+        rejected: tries the breaker refused, open or out of half-open probe slots.
+        deadline_spent: tries refused because the call's deadline was spent before them.
+        budget_exhausted: retries not made because the budget had no whole token left.
+        throttle_probability: the chance the adaptive throttle refuses the next try now; 0
+            while its window holds fewer than ``min_tries`` tries, or when it is disabled.
+        throttled: tries the adaptive throttle refused.
+        limit: the concurrency limit now, in tries; 0 when the limit is disabled.
+        in_flight: tries holding a slot of the limit now; 0 when the limit is disabled.
+        limited: tries the concurrency limit refused, no slot freed within ``max_wait``.
+        state_backend: where the breaker, budget and throttle live: ``memory`` or ``redis``.
+        state_degraded: true while the redis backend cannot reach Redis and runs on this
+            process's state alone; always false for ``memory``.
+    """
+
+    breaker: BreakerState
+    open_for: float
+    tokens: float
+    calls: int
+    tries: int
+    retries: int
+    failures: int
+    refused: int
+    rejected: int
+    deadline_spent: int
+    budget_exhausted: int
+    throttle_probability: float
+    throttled: int
+    limit: int
+    in_flight: int
+    limited: int
+    state_backend: str
+    state_degraded: bool
+
+    def as_dict(self) -> dict[str, str | int | float | bool]:
+        """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
+
+        Example::
+
+            json.dumps({host: health.as_dict() for host, health in session.health().items()})
+        """
+        values: dict[str, str | int | float | bool] = {
+            field.name: getattr(self, field.name) for field in fields(self)
+        }
+        values["breaker"] = self.breaker.value
+        return values
+
+
+def host_key(url: str) -> tuple[str, str, int]:
+    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
+    return _key_of_origin(_origin(url))
+
+
+def _origin(url: str) -> str:
+    """What precedes the path, userinfo left out: every URL of one host, spelled alike,
+    shares it."""
+    scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        # The origin keys caches that outlive the call; a password must not stay in them.
+        authority = authority.rpartition("@")[2]
+    return scheme + sep + authority
+
+
+def _key_of_origin(origin: str) -> tuple[str, str, int]:
+    cached = _KEY_CACHE.get(origin)
+    if cached is None:
+        if len(_KEY_CACHE) >= _KEY_CACHE_SIZE:
+            _KEY_CACHE.clear()
+        cached = _KEY_CACHE[origin] = _parse_host_key(origin)
+    return cached
+
+
+_KEY_CACHE: dict[str, tuple[str, str, int]] = {}
+_KEY_CACHE_SIZE = 1024
+
+
+def _parse_host_key(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
+    except ValueError:
+        port = 0
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}", host, port
+
+
+class HostRegistry:
+    """Per-host state for one session, least recently used hosts evicted past ``max_hosts``.
+
+    Two sessions share breakers and budgets only when handed the same registry; with the
+    redis backend (``state.backend``), every registry on the same Redis and prefix shares them.
+
+    Raises:
+        ConfigError: the ``state:`` section selects a backend that cannot be used.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config if config is not None else Config()
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
+        self.backend: StateBackend = open_backend(self.config.state, clock, self._rng)
+        self._max_hosts = self.config.registry.max_hosts
+        self._lock = threading.Lock()
+        self._hosts: OrderedDict[str, HostState] = OrderedDict()
+        # The origin and state most recently moved to the end, so never the next evicted:
+        # a client calling one host again finds it without parsing or locking.
+        self._last: tuple[str, HostState] | None = None
+        self.backend.serve(self.guards)
+        _live.add(self)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._hosts)
+
+    def for_url(self, url: str) -> HostState:
+        """The state of the host *url* points at, created on first use."""
+        last = self._last
+        if last is not None:
+            origin, state = last
+            end = len(origin)
+            if url.startswith(origin) and (len(url) == end or url[end] in "/?#"):
+                return state
+        origin = _origin(url)
+        key, host, port = _key_of_origin(origin)
+        with self._lock:
+            known = self._hosts.get(key)
+            if known is not None:
+                self._hosts.move_to_end(key)
+                self._last = (origin, known)
+                return known
+        # Matching and building happen outside the lock; a racing thread's entry wins.
+        policy = self.config.for_host(host, port)
+        guards = self.backend.build(key, policy)
+        breaker, bucket, throttle = guards
+        fresh = HostState(
+            key,
+            policy,
+            breaker,
+            bucket,
+            throttle,
+            (policy.timeout.connect, policy.timeout.read),
+            ConcurrencyLimit(key, policy.limit, self._clock) if policy.limit.enabled else None,
+            table_for(policy.retry),
+        )
+        with self._lock:
+            state = self._hosts.setdefault(key, fresh)
+            self._hosts.move_to_end(key)
+            while len(self._hosts) > self._max_hosts:
+                self._hosts.popitem(last=False)
+            self._last = (origin, state)
+        # Outside the registry's lock: no code path holds two locks.
+        if state is fresh:
+            self.backend.added(_held(state))
+        return state
+
+    def guards(self) -> list[Held]:
+        """Each host's key, policy, guards and concurrency limit now: what a state backend
+        keeps in step."""
+        with self._lock:
+            states = list(self._hosts.values())
+        return [_held(state) for state in states]
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks, and no concurrency-limit slot or half-open probe
+        taken, for every host. The child runs only the forking thread, so a lock, slot or
+        probe a parent's thread held at the fork would never be given back there."""
+        self._lock = threading.Lock()
+        for state in self._hosts.values():  # no lock: no other thread runs in the child
+            state.breaker.after_fork()
+            state.bucket.after_fork()
+            if state.throttle is not None:
+                state.throttle.after_fork()
+            if state.limit is not None:
+                state.limit.after_fork()
+
+    def close(self) -> None:
+        """Release what the state backend holds (redis: its sync thread and connections).
+
+        The hosts' guards keep working afterwards, on this process's state alone.
+        """
+        self.backend.close()
+
+    def health(self) -> dict[str, HostHealth]:
+        """A snapshot per host, most recently used last."""
+        with self._lock:
+            states = list(self._hosts.values())
+        result = {}
+        backend, degraded = self.backend.name, self.backend.degraded
+        for state in states:
+            breaker = state.breaker.snapshot()
+            budget = state.bucket.snapshot()
+            throttle = state.throttle.snapshot() if state.throttle is not None else _NO_THROTTLE
+            limit = state.limit.snapshot() if state.limit is not None else _NO_LIMIT
+            result[state.key] = HostHealth(
+                breaker=breaker.state,
+                open_for=breaker.open_for,
+                tokens=budget.tokens,
+                calls=budget.first_tries,
+                tries=breaker.tries,
+                retries=budget.retries,
+                failures=breaker.failures,
+                refused=breaker.rejected
+                + breaker.refused_inside
+                + throttle.throttled
+                + limit.limited,
+                rejected=breaker.rejected,
+                # Of the guards inside it, the breaker counts the deadline's refusals only.
+                deadline_spent=breaker.refused_inside,
+                budget_exhausted=budget.exhausted,
+                throttle_probability=throttle.probability,
+                throttled=throttle.throttled,
+                limit=limit.limit,
+                in_flight=limit.in_flight,
+                limited=limit.limited,
+                state_backend=backend,
+                state_degraded=degraded,
+            )
+        return result
+
+
+def _held(state: HostState) -> Held:
+    return state.key, state.policy, (state.breaker, state.bucket, state.throttle), state.limit
+
+
+_live: weakref.WeakSet[HostRegistry] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for registry in list(_live):
+        registry.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    # Registered when this module is first imported, which the package's own import does
+    # before the redis backend can register its hook: hooks run in the child in registration
+    # order, so every lock here is fresh before a backend's new sync thread can take one.
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,242 @@
+"""Configuration: loading from YAML or a dict, per-host rules, and host matching."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from resilient_session.errors import ConfigError
+
+from . import file as configfile
+from .document import ConfigDocument
+from .policy import (
+    EventsPolicy,
+    HostPolicy,
+    InboundPolicy,
+    RegistryPolicy,
+    StatePolicy,
+)
+from .validation import Errors, check_key, check_struct, check_value, dotted, shown
+
+ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
+
+
+_PORT_SUFFIX = re.compile(r":(\d+)$")
+_PATTERN_CHARS = re.compile(r"^[A-Za-z0-9.*?\-_\[\]!:]+$")
+
+
+class _HostRule(msgspec.Struct, frozen=True):
+    pattern: str
+    host: str
+    port: int | None
+    wildcard: bool
+    policy: HostPolicy
+
+    def matches(self, host: str, port: int) -> bool:
+        if self.port is not None and self.port != port:
+            return False
+        if self.wildcard:
+            return fnmatch.fnmatchcase(host, self.host)
+        return host == self.host
+
+    def specificity(self) -> tuple[int, int, int]:
+        # DESIGN: exact host:port, then exact host, then wildcards with the longest pattern first.
+        if not self.wildcard:
+            return (0 if self.port is not None else 1, 0, 0)
+        return (2, -len(self.pattern), 0 if self.port is not None else 1)
+
+
+class Config(msgspec.Struct, frozen=True):
+    """A loaded, validated configuration.
+
+    Build one with :func:`load`; ``for_host`` gives the merged policy of a host.
+    """
+
+    defaults: HostPolicy = HostPolicy()
+    rules: tuple[_HostRule, ...] = ()
+    registry: RegistryPolicy = RegistryPolicy()
+    events: EventsPolicy = EventsPolicy()
+    inbound: InboundPolicy = InboundPolicy()
+    state: StatePolicy = StatePolicy()
+    source: str = "built-in defaults"
+
+    def for_host(self, host: str, port: int) -> HostPolicy:
+        """The policy for *host* (lower case, IPv6 without brackets) on *port*."""
+        rule = self._match(host, port)
+        return rule.policy if rule is not None else self.defaults
+
+    def matching_pattern(self, host: str, port: int) -> str | None:
+        """The ``hosts:`` key that applies to *host* on *port*, or None for the defaults."""
+        rule = self._match(host, port)
+        return rule.pattern if rule is not None else None
+
+    def _match(self, host: str, port: int) -> _HostRule | None:
+        host = host.lower()
+        return next((rule for rule in self.rules if rule.matches(host, port)), None)
+
+
+def load(source: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> Config:
+    """Load and validate a configuration.
+
+    Args:
+        source: a ``Config`` (returned as is), a mapping as YAML would give, a path to a YAML
+            file (a regular file of at most 1 MiB), or None: the file named by
+            ``RESILIENT_SESSION_CONFIG`` when set, else the built-in defaults.
+
+    Raises:
+        ConfigError: naming every error found, each with its dotted key path and bad value.
+    """
+    if isinstance(source, Config):
+        return source
+    if source is None:
+        env_path = os.environ.get(ENV_VAR)
+        if not env_path:
+            return Config()
+        source = env_path
+    if isinstance(source, Mapping):
+        return _build(source, "<dict>", Errors())
+    errors = Errors()
+    data = configfile.read(Path(source), errors)
+    try:
+        return _build(data, str(source), errors)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _build(data: Any, origin: str, errors: Errors) -> Config:
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config must be a mapping with defaults:/hosts:, got {type(data).__name__}"
+        )
+    for key in data:
+        check_key(key, _TOP_LEVEL, (), errors)
+    try:
+        defaults = check_struct(data.get("defaults", {}), HostPolicy, ("defaults",), errors)
+        registry = check_struct(data.get("registry", {}), RegistryPolicy, ("registry",), errors)
+        events = check_struct(data.get("events", {}), EventsPolicy, ("events",), errors)
+        inbound = check_struct(data.get("inbound", {}), InboundPolicy, ("inbound",), errors)
+        state = check_struct(data.get("state", {}), StatePolicy, ("state",), errors)
+        rules = _rules(data.get("hosts", {}), defaults, errors)
+    except RecursionError:
+        raise ConfigError("config nests too deeply") from None
+    errors.raise_if_any()
+    # No error was found, so every section converted.
+    assert defaults is not None  # noqa: S101
+    assert registry is not None  # noqa: S101
+    assert events is not None  # noqa: S101
+    assert inbound is not None  # noqa: S101
+    assert state is not None  # noqa: S101
+    rules.sort(key=_HostRule.specificity)
+    return Config(
+        defaults=defaults,
+        rules=tuple(rules),
+        registry=registry,
+        events=events,
+        inbound=inbound,
+        state=state,
+        source=origin,
+    )
+
+
+_TOP_LEVEL: Final = tuple(field.name for field in msgspec.structs.fields(ConfigDocument))
+
+
+def _rules(hosts: Any, defaults: HostPolicy | None, errors: Errors) -> list[_HostRule]:
+    if not isinstance(hosts, Mapping):
+        check_value(hosts, dict[str, Any], ("hosts",), errors)
+        return []
+    # A host entry is merged over the defaults; over the built-in ones when the defaults are
+    # in error, so its own keys are still checked.
+    base = msgspec.to_builtins(defaults if defaults is not None else HostPolicy())
+    rules: list[_HostRule] = []
+    seen: dict[tuple[str, int | None], str] = {}
+    for pattern, entry in hosts.items():
+        if not isinstance(pattern, str):
+            errors.add(
+                ("hosts",),
+                f"a host pattern must be a string, got {type(pattern).__name__} {shown(pattern)}",
+            )
+            continue
+        path = ("hosts", pattern)
+        parsed = _parse_pattern(pattern, path, errors)
+        if parsed is not None:
+            earlier = seen.setdefault(parsed, pattern)
+            if earlier != pattern:
+                errors.add(path, f"names the same host as {dotted(('hosts', earlier))}")
+        rule = _rule(pattern, parsed, entry, base, errors)
+        if rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def _rule(
+    pattern: str,
+    parsed: tuple[str, int | None] | None,
+    entry: Any,
+    base: dict[str, Any],
+    errors: Errors,
+) -> _HostRule | None:
+    path = ("hosts", pattern)
+    if not isinstance(entry, Mapping):
+        errors.add(
+            path,
+            f"expected a mapping of sections (retry, budget, ...), "
+            f"got {type(entry).__name__} {shown(entry)}",
+        )
+        return None
+    before = len(errors)
+    check_struct(entry, HostPolicy, path, errors, relations=False)
+    if len(errors) > before or parsed is None:
+        return None
+    merged = dict(base)
+    for section, values in entry.items():
+        if isinstance(values, Mapping) and isinstance(base.get(section), dict):
+            merged[section] = {**base[section], **values}
+        else:
+            merged[section] = values
+    policy = check_struct(merged, HostPolicy, path, errors)
+    if policy is None:
+        return None
+    host, port = parsed
+    wildcard = any(ch in host for ch in "*?[")
+    return _HostRule(pattern=pattern, host=host, port=port, wildcard=wildcard, policy=policy)
+
+
+def _parse_pattern(
+    pattern: str, path: tuple[str, ...], errors: Errors
+) -> tuple[str, int | None] | None:
+    """``(host, port)`` of a ``hosts:`` key, or None after adding its error to *errors*."""
+    if not pattern:
+        errors.add(path, "host pattern must be a non-empty string")
+        return None
+    if not _PATTERN_CHARS.match(pattern):
+        errors.add(
+            path,
+            "bad host pattern: use a host, host:port or shell-style wildcards (*, ?, [...]), "
+            "without scheme or path",
+        )
+        return None
+    host, port = pattern.lower(), None
+    bracketed = re.fullmatch(r"\[([0-9a-f:.]+)\](?::(\d+))?", host)
+    if bracketed:
+        host = bracketed.group(1)
+        port = int(bracketed.group(2)) if bracketed.group(2) else None
+    elif host.count(":") == 1:
+        found = _PORT_SUFFIX.search(host)
+        if not found:
+            errors.add(path, "bad port in host pattern")
+            return None
+        host, port = host[: found.start()], int(found.group(1))
+    if port is not None and not 1 <= port <= 65535:
+        errors.add(path, f"port must be 1..65535, got {shown(port)}")
+        return None
+    if not host or host.count("[") != host.count("]"):
+        errors.add(path, "bad host pattern: unbalanced [ ]")
+        return None
+    return host, port

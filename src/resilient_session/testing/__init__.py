@@ -1,0 +1,151 @@
+"""Test helpers for code that uses resilient_session: a fake clock and a scripted transport,
+and real loopback servers: ``FlakyUpstream`` with its steps (``Reply``, ``Hang``, ...),
+``LoopbackService`` and ``RedisServer`` (the upstream's own ``Step`` alias stays in
+``resilient_session.testing.upstream``: ``Step`` here is the scripted transport's).
+
+Example::
+
+    clock = FakeClock()
+    transport = ScriptedTransport(clock, 503, (429, {"Retry-After": "2"}), 200)
+    session = ResilientSession(clock=clock)   # or drive a chain built with standard_chain
+"""
+
+from __future__ import annotations
+
+import http
+import threading
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import requests
+from requests.structures import CaseInsensitiveDict
+
+from resilient_session._compat import keep_content
+from resilient_session._pipeline.attempt import Attempt, Outcome
+
+from .faults import (
+    MAX_WAIT,
+    CloseWithoutReply,
+    Drip,
+    Flaky,
+    Hang,
+    Hit,
+    Reply,
+    ResetMidBody,
+    Trickle,
+)
+from .redis_server import RedisServer, RedisServerMissing
+from .service import LoopbackService
+from .upstream import FlakyUpstream, refused_url
+
+__all__ = [
+    "MAX_WAIT",
+    "CloseWithoutReply",
+    "Drip",
+    "FakeClock",
+    "Flaky",
+    "FlakyUpstream",
+    "Hang",
+    "Hit",
+    "LoopbackService",
+    "RedisServer",
+    "RedisServerMissing",
+    "Reply",
+    "ResetMidBody",
+    "ScriptedTransport",
+    "Step",
+    "Trickle",
+    "build_response",
+    "refused_url",
+]
+
+Step: TypeAlias = (
+    int
+    | tuple[int, Mapping[str, str]]
+    | tuple[int, Mapping[str, str], bytes]
+    | Exception
+    | type[Exception]
+)
+
+
+class FakeClock:
+    """A clock that only moves when told: ``sleep`` records and advances at once."""
+
+    def __init__(self, start: float = 1_000.0, wall_start: float = 1_700_000_000.0) -> None:
+        self.now = start
+        self._offset = wall_start - start
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now + self._offset
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+            self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        """Let *seconds* pass, as latency or time between calls."""
+        with self._lock:
+            self.now += seconds
+
+
+class ScriptedTransport:
+    """A transport that plays *steps* in order, one per try; the last one repeats.
+
+    A step is a status, ``(status, headers)``, ``(status, headers, body)``, or an exception
+    (instance or class) to fail the try with. Each try advances *clock* by *latency*.
+    ``sent`` keeps every attempt it received, so tests can read headers and timeouts.
+    """
+
+    def __init__(self, clock: FakeClock, *steps: Step, latency: float = 0.0) -> None:
+        if not steps:
+            raise ValueError("ScriptedTransport needs at least one step")
+        self._clock = clock
+        self._steps = steps
+        self._latency = latency
+        self.sent: list[Attempt] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.sent)
+
+    def __call__(self, attempt: Attempt) -> Outcome:
+        step = self._steps[min(len(self.sent), len(self._steps) - 1)]
+        self.sent.append(attempt)
+        self._clock.advance(self._latency)
+        if isinstance(step, Exception):
+            return Outcome(error=step)
+        if isinstance(step, type):
+            return Outcome(error=step())
+        return Outcome(response=build_response(attempt.request, step))
+
+
+def build_response(
+    request: requests.PreparedRequest,
+    step: int | tuple[int, Mapping[str, str]] | tuple[int, Mapping[str, str], bytes],
+) -> requests.Response:
+    """A complete ``requests.Response`` to *request*, with its body already read."""
+    headers: Mapping[str, str] = {}
+    body = b""
+    if isinstance(step, int):
+        status = step
+    elif len(step) == 2:
+        status, headers = step
+    else:
+        status, headers, body = step
+    response = requests.Response()
+    response.status_code = status
+    response.headers = CaseInsensitiveDict(headers)
+    keep_content(response, body)
+    response.url = request.url or ""
+    response.request = request
+    try:
+        response.reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        response.reason = ""
+    return response

@@ -1,0 +1,154 @@
+"""A throwaway ``redis-server`` on a free loopback port, for tests and benchmarks of the fleet
+state: started, killed, paused and restarted on demand, and always stopped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from types import TracebackType
+
+from resilient_session.clock import SYSTEM_CLOCK
+
+_READY_WAIT = 10.0
+_STOP_WAIT = 5.0
+_POLL = 0.02
+
+
+class RedisServerMissing(RuntimeError):
+    """``redis-server`` is not on PATH."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """``redis-server --port N --bind 127.0.0.1 --save "" --appendonly no``: nothing is
+    written to disk, so a restart starts empty, as a flushed or replaced Redis does.
+
+    Example::
+
+        with RedisServer() as server:
+            session = ResilientSession({"state": {"backend": "redis", "url": server.url}})
+    """
+
+    def __init__(self, port: int | None = None, niceness: int | None = None) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise RedisServerMissing(
+                "redis-server is not on PATH (Debian: apt-get install redis-server)"
+            )
+        self._executable = executable
+        self.port = port if port is not None else _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._directory = tempfile.TemporaryDirectory(prefix="resilient-session-redis-")
+        self._process: subprocess.Popen[bytes] | None = None
+        # A benchmark on a shared machine may give the server the CPU priority a Redis host
+        # of its own would give it (a negative niceness needs root).
+        self._niceness = niceness
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+        self._directory.cleanup()
+
+    def start(self) -> None:
+        """Start the server on its port and wait until it answers PING."""
+        self._process = subprocess.Popen(  # noqa: S603 - a fixed argument list, no shell
+            [
+                self._executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._directory.name,
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if self._niceness is not None:
+            os.setpriority(os.PRIO_PROCESS, self._process.pid, self._niceness)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        until = SYSTEM_CLOCK.monotonic() + _READY_WAIT
+        while SYSTEM_CLOCK.monotonic() < until:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self._process.returncode}")
+            if self.ping():
+                return
+            SYSTEM_CLOCK.sleep(_POLL)
+        self.stop()
+        raise RuntimeError(
+            f"redis-server on port {self.port} did not answer within {_READY_WAIT} s"
+        )
+
+    def ping(self, timeout: float = 0.5) -> bool:
+        """True when the server answers PING within *timeout* seconds."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: the server is gone at once, its state with it."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(timeout=_STOP_WAIT)
+        self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections are accepted by the kernel but never answered."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """A fresh, empty server on the same port."""
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        """Terminate the server (waking it first, if paused)."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(timeout=_STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=_STOP_WAIT)
+        self._process = None

@@ -1,0 +1,118 @@
+"""The frozen values built positionally on the hot path hold each field under its own name:
+a reordered field would otherwise pass one value off as another, silently."""
+
+from __future__ import annotations
+
+import requests
+import responses
+
+from resilient_session._pipeline.attempt import (
+    UNDECIDED,
+    Attempt,
+    Decision,
+    Outcome,
+    Reason,
+    Verdict,
+)
+from resilient_session._state.breaker import BreakerState
+from resilient_session._state.registry import HostRegistry
+from resilient_session.adapter import ResilientAdapter, start_call
+from resilient_session.config import Config
+from resilient_session.deadline import deadline
+
+
+def test_a_call_holds_every_value_under_its_name(clock):
+    """start_call, which builds a Call positionally, puts each value in its named field."""
+    registry = HostRegistry(Config(), clock=clock)
+    request = requests.Request("PUT", "http://svc.test:8080/x", data=b"abc").prepare()
+    started = clock.monotonic()
+    with deadline(3.0, clock=clock):
+        call = start_call(
+            request,
+            registry,
+            clock,
+            stream=True,
+            timeout=(1.0, 2.0),
+            verify="/ca.pem",
+            cert="client.pem",
+            proxies={"http": "http://proxy.test:3128"},
+        )
+    assert call._asdict() == {
+        "request": request,
+        "method": "PUT",
+        "state": registry.for_url("http://svc.test:8080/"),
+        "stream": True,
+        "timeout": (1.0, 2.0),
+        "verify": "/ca.pem",
+        "cert": "client.pem",
+        "proxies": {"http": "http://proxy.test:3128"},
+        "deadline_at": started + 3.0,
+        "started_at": started,
+        "idempotent": True,
+        "replayable": True,
+    }
+
+
+def test_idempotent_and_replayable_are_told_apart(clock):
+    """The last two fields differ by name: a PUT of a generator is idempotent but cannot be
+    replayed; a POST of bytes can be replayed but is not idempotent."""
+    registry = HostRegistry(Config(), clock=clock)
+    put = requests.Request("PUT", "http://svc.test/", data=iter([b"a"])).prepare()
+    post = requests.Request("POST", "http://svc.test/", data=b"a").prepare()
+    first, second = start_call(put, registry, clock), start_call(post, registry, clock)
+    assert (first.idempotent, first.replayable, first.timeout) == (True, False, (5.0, 30.0))
+    assert (second.idempotent, second.replayable) == (False, True)
+
+
+def test_an_outcome_keeps_its_fields_through_each_positional_rebuild():
+    """with_decision and with_breaker, built with tuple.__new__, change only their field."""
+    response = requests.Response()
+    fallback = Outcome(error=ValueError("earlier"))
+    decision = Decision(Verdict.RETRY, Reason.TRANSIENT, 0.25)
+    first = Outcome(
+        response=response,
+        error=None,
+        decision=UNDECIDED,
+        refused=Reason.THROTTLED,
+        breaker=None,
+        fallback=fallback,
+    )
+    decided = first.with_decision(decision).with_breaker(BreakerState.HALF_OPEN)
+    assert decided._asdict() == {
+        "response": response,
+        "error": None,
+        "decision": decision,
+        "refused": Reason.THROTTLED,
+        "breaker": BreakerState.HALF_OPEN,
+        "fallback": fallback,
+    }
+
+
+@responses.activate
+def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(clock):
+    """The adapter's own try and Attempt.first, both built positionally."""
+    responses.get("http://svc.test/item", body=b"ok")
+    adapter = ResilientAdapter(clock=clock)
+    request = requests.Request("GET", "http://svc.test/item").prepare()
+    call = start_call(request, adapter.registry, clock, timeout=4.0)
+    attempt = Attempt.first(call)
+    assert attempt._asdict() == {
+        "call": call,
+        "number": 1,
+        "request": request,
+        "timeout": 4.0,
+        "last_real": None,
+        "cookies": None,
+    }
+    outcome = adapter._transport(attempt)
+    assert outcome.response is not None
+    assert outcome._asdict() == {
+        "response": outcome.response,
+        "error": None,
+        "decision": UNDECIDED,
+        "refused": None,
+        "breaker": None,
+        "fallback": None,
+    }
+    assert outcome.response.content == b"ok"
+    adapter.close()

@@ -1,0 +1,79 @@
+"""Every private attribute of requests and urllib3 the library uses exists in the installed
+versions and means what ``_compat`` takes it to mean: the upgrade that changes one fails here."""
+
+from __future__ import annotations
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from requests.cookies import RequestsCookieJar
+from requests.structures import CaseInsensitiveDict
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.util import Timeout as Urllib3Timeout
+
+from resilient_session import _compat
+
+
+def test_a_header_map_is_its_store_of_folded_names():
+    """CaseInsensitiveDict keeps folded name -> (name as given, value); headers_of wraps one."""
+    headers = CaseInsensitiveDict({"X-Trace": "1"})
+    assert dict(_compat.header_store(headers)) == {"x-trace": ("X-Trace", "1")}
+    rebuilt = _compat.headers_of(_compat.header_store(headers).copy())
+    rebuilt["Accept"] = "*/*"
+    assert (dict(rebuilt), dict(headers)) == ({"X-Trace": "1", "Accept": "*/*"}, {"X-Trace": "1"})
+
+
+def test_a_urllib3_timeout_keeps_the_parts_it_was_made_with():
+    """_connect and _read hold the parts, a total= timeout's included, timer unstarted."""
+    assert _compat.timeout_parts(Urllib3Timeout(connect=1.5, read=7)) == (1.5, 7)
+    assert _compat.timeout_parts(Urllib3Timeout(total=3, read=2)) == (
+        Urllib3Timeout.DEFAULT_TIMEOUT,
+        2,
+    )
+
+
+def test_a_prepared_request_keeps_the_jar_its_cookie_header_came_from():
+    """_cookies is the jar prepare_cookies built the Cookie header from."""
+    jar = RequestsCookieJar()
+    jar.set("session", "abc", domain="svc.test", path="/")
+    request = requests.Request("GET", "http://svc.test/", cookies=jar).prepare()
+    kept = _compat.request_cookies(request)
+    assert kept is not None
+    assert (kept.get("session"), request.headers["Cookie"]) == ("abc", "session=abc")
+
+
+def test_content_kept_reads_as_requests_own():
+    """_content and _content_consumed are what Response.content reads and leaves behind."""
+    response = requests.Response()
+    assert _compat.content_read(response) is False
+    _compat.keep_content(response, b"body")
+    assert (response.content, response.text, _compat.content_read(response)) == (
+        b"body",
+        "body",
+        True,
+    )
+
+
+def test_an_adapter_keeps_its_pool_settings():
+    """HTTPAdapter keeps its pool arguments, as its pickled state does."""
+    adapter = HTTPAdapter(pool_connections=3, pool_maxsize=7, pool_block=True)
+    assert _compat.pool_settings(adapter) == (3, 7, True)
+    assert {"_pool_connections", "_pool_maxsize", "_pool_block"} <= set(HTTPAdapter.__attrs__)
+
+
+def test_a_pool_managers_idle_connections_are_readable_without_its_locks():
+    """PoolManager.pools._container holds the pools; each pool's idle connections sit in
+    pool.queue (None for a slot never filled)."""
+    manager = urllib3.PoolManager(num_pools=2, maxsize=2)
+    pool = manager.connection_from_url("http://127.0.0.1:9/")
+    connection = pool._get_conn()
+    pool._put_conn(connection)
+    assert list(_compat.idle_connections(manager)) == [connection]
+    manager.clear()
+
+
+def test_the_connection_hooks_the_watched_pool_overrides_exist():
+    """_new_conn and _validate_conn are urllib3's per-connection hooks that
+    _transport/watched.py overrides: a rename would silently unwatch every try."""
+    assert callable(HTTPConnectionPool._new_conn)
+    assert callable(HTTPConnectionPool._validate_conn)
