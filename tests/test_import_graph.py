@@ -18,7 +18,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("resilient_session", "resilient_session.__main__"),
     ("resilient_session.cli",),
     ("resilient_session.testing",),
-    ("resilient_session.inbound", "resilient_session.session", "resilient_session._verbs"),
+    (
+        "resilient_session.inbound",
+        "resilient_session.session",
+        "resilient_session._verbs",
+        "resilient_session._foreign",
+    ),
     ("resilient_session.adapter",),
     ("resilient_session._pipeline",),
     ("resilient_session._transport",),

@@ -1,7 +1,9 @@
-"""The one injectable source of time: monotonic instants, wall time and sleeping."""
+"""The one injectable source of time: monotonic instants, wall time and sleeping; and the
+default source of the jitter drawn for waits."""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Protocol
 
@@ -24,7 +26,8 @@ class SystemClock:
 
     Reading it calls the ``time`` functions themselves, so the hot path pays no Python frame
     for it; sleeping looks ``time.sleep`` up on each call, so a test that patches it sees
-    every sleep.
+    every sleep. While ``resilient_session.testing.fast()`` is on, it replaces the three
+    methods on the class: sleeps are recorded, not slept, and readings move on by them.
     """
 
     __slots__ = ()
@@ -42,3 +45,22 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+# Set by resilient_session.testing.fast() while it is on.
+_fixed_seed: int | None = None
+
+
+def jitter_source() -> random.Random:
+    """A new source of jitter, for a session or adapter given none: seeded while
+    ``resilient_session.testing.fast()`` is on, so the waits it draws repeat run after run."""
+    seed = _fixed_seed
+    return random.Random() if seed is None else random.Random(seed)  # noqa: S311 - jitter
+
+
+def fix_jitter_seed(seed: int | None) -> int | None:
+    """Seed every source of jitter made from now on with *seed* (None: unseeded, the
+    default); returns the seed in force before."""
+    global _fixed_seed
+    previous, _fixed_seed = _fixed_seed, seed
+    return previous

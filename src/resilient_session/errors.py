@@ -21,7 +21,7 @@ class _RedactedError(requests.exceptions.RequestException):
 
     Attributes:
         original: the exception this one replaced (a ``requests.ConnectTimeout`` for a connect
-            cut by the deadline, urllib3's ``ReadTimeoutError`` for a body), unredacted; None
+            cut by the deadline, urllib3's read error for a body), unredacted; None
             for a try refused before it was sent. Do not log it as it is.
         request: the request, as on every ``requests.RequestException``; unredacted too.
     """

@@ -11,6 +11,7 @@ import requests
 from requests import Response
 from requests.adapters import BaseAdapter
 
+from ._foreign import Around, is_default, resilient_get_adapter
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
 from ._verbs import TypedVerbs
@@ -63,6 +64,10 @@ class ResilientSession(TypedVerbs):
         registry: per-host state to share with another session; by default each session
             has its own, and ``close()`` releases it (the redis backend's sync thread). It
             brings its own clock and random source, which then replace *clock* and *rng*.
+        **kwargs: passed on to the next class in the class list, so ``ResilientSession``
+            combines with another ``requests.Session`` subclass in either order, for
+            example ``class Api(ResilientSession, OAuth2Session)`` built as
+            ``Api(client_id=..., token=...)``.
 
     Raises:
         ConfigError: the configuration is invalid; the message names the key.
@@ -82,8 +87,10 @@ class ResilientSession(TypedVerbs):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         registry: HostRegistry | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
+        # The rest belong to the next class in the list (OAuth2Session's client_id, token, ...).
+        super().__init__(**kwargs)
         if registry is not None and config is not None:
             raise ValueError("pass config or registry, not both: a registry carries its config")
         self.config: Config = registry.config if registry is not None else load(config)
@@ -100,9 +107,11 @@ class ResilientSession(TypedVerbs):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
         track_session(self)
 
-    # requests' own parameters, spelled out and passed on by position: a *args/**kwargs
-    # pass-through repacks them on every call. tests/functional/test_session.py keeps this list
-    # equal to requests.Session.request's, and the types are those of requests' own stubs.
+    # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
+    # call. They are passed on by keyword, so a Session subclass after this one in the class
+    # list whose request takes (method, url, **kwargs) (OAuth2Session, CacheMixin) gets them.
+    # tests/functional/test_session.py keeps this list equal to requests.Session.request's,
+    # and the types are those of requests' own stubs.
     def request(
         self,
         method: str | bytes,
@@ -138,14 +147,18 @@ class ResilientSession(TypedVerbs):
         """
         if isinstance(deadline, _Unset):
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         token = enter_scope(narrowed(deadline, self._clock, explicit=True))
         try:
             return super().request(
-                method, url, params, data, headers, cookies, files, auth, timeout,
-                allow_redirects, proxies, hooks, stream, verify, cert, json,
+                method, url, params=params, data=data, headers=headers, cookies=cookies,
+                files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                json=json,
             )  # fmt: skip
         finally:
             leave_scope(token)
@@ -156,6 +169,28 @@ class ResilientSession(TypedVerbs):
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
+        # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
+        # attribute writes pay for this check, and a call makes none on the session.
+        if name == "get_adapter":
+            if is_default(self, value):
+                self.__dict__.pop("get_adapter", None)
+                return
+            value = resilient_get_adapter(value, self._around)
+        super().__setattr__(name, value)
+
+    def _around(self, adapter: BaseAdapter) -> ResilientAdapter:
+        """A ResilientAdapter sending each try through *adapter*, on this session's per-host
+        state; one is kept for the adapter last seen (a mocker's, for each of its sends)."""
+        kept: tuple[BaseAdapter, Around] | None = self.__dict__.get("_kept_around")
+        if kept is not None and kept[0] is adapter:
+            return kept[1]
+        around = Around(adapter, registry=self.registry, clock=self._clock, rng=self._rng)
+        around.serve(self)
+        self.__dict__["_kept_around"] = (adapter, around)
+        return around
 
     def health(self) -> dict[str, HostHealth]:
         """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""

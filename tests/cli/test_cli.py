@@ -408,12 +408,15 @@ def test_stats_json_from_stdin(capsys, monkeypatch):
 
 
 def test_stats_empty_input(capsys, monkeypatch):
-    """No input at all is not an error: 'no events' and 0 lines read, exit 0."""
+    """No input at all is bad input: one line on stderr naming stdin and 0 lines read, exit 2."""
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    assert main(["stats", "-"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "no events"
-    assert out[-1].startswith("0 lines read, 0 used, 0 skipped")
+    assert main(["stats", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "resilient-session: stdin: no event found in the input (0 lines read: 0 not JSON,"
+    )
+    assert captured.err.count("\n") == 1
 
 
 def _try_line(host: str = "http://127.0.0.1:8080", **fields: Any) -> str:

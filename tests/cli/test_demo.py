@@ -35,6 +35,22 @@ def _calls(scene: SceneResult) -> list[tuple[str, int, str, str, str]]:
     return [(c.label, c.tries, c.decision, c.reason, c.result) for c in scene.calls]
 
 
+def test_tries_shown_are_the_requests_the_upstream_saw(played):
+    """Each scene's tries add up to the requests its upstream saw: a try refused locally is
+    counted as refused, never as a try (docs/events.md). In the two-hop scene the upstream is
+    C, which B's calls reach."""
+    scenes, _ = played
+    shown = [sum(call.tries for call in scene.calls) for scene in scenes[:11]]
+    assert shown == [scene.upstream_hits for scene in scenes[:11]]
+    hops = scenes[11].calls
+    assert hops[1].tries + hops[3].tries == scenes[11].upstream_hits == 14
+    # The refused in the table are the ones health() counted, which the notes quote.
+    assert f"{scenes[8].calls[0].refused} tries throttled" in scenes[8].note
+    assert f"refused {scenes[9].calls[0].refused} tries locally" in scenes[9].note
+    assert scenes[7].calls[1].refused == 1
+    assert sum(call.refused for scene in scenes[:8] for call in scene.calls) == 1
+
+
 def test_every_scene_ends_with_its_decision_and_reason(played):
     """Each of the 8 scenes of one-off calls ends as the contract says, with the exact number
     of tries."""
@@ -49,7 +65,7 @@ def test_every_scene_ends_with_its_decision_and_reason(played):
         [("10x GET /down", 13, "give_up", "budget_exhausted", "10x 503 Service Unavailable")],
         [
             ("GET /fragile", 2, "give_up", "breaker_open", "500 Internal Server Error"),
-            ("GET /fragile", 1, "fail_fast", "breaker_open", "CircuitOpenError"),
+            ("GET /fragile", 0, "fail_fast", "breaker_open", "CircuitOpenError"),
             ("GET /fragile, 0.5 s later", 1, "success", "ok", "200 OK"),
         ],
     ]
@@ -89,7 +105,7 @@ def test_brownouts_keep_serving_and_spare_the_upstream(played):
     assert 100 <= scenes[8].upstream_hits <= 100 + 20 + 10
     assert "the breaker never opens" in scenes[8].note
     assert [e for e in events if e.get("event") == "breaker.transition"][3:] == []
-    refused = heavy.tries - scenes[9].upstream_hits
+    refused = heavy.refused
     assert refused >= 60
     assert scenes[9].upstream_hits < 60
     assert f"the throttle refused {refused} tries locally" in scenes[9].note
@@ -100,7 +116,7 @@ def test_hang_is_held_to_the_limit(played):
     out; the other 8 wait 0.2 s for a slot and fail fast, well before the read timeout."""
     scenes, _ = played
     [hang] = scenes[10].calls
-    assert (hang.calls, hang.tries, scenes[10].upstream_hits) == (12, 12, 4)
+    assert (hang.calls, hang.tries, hang.refused, scenes[10].upstream_hits) == (12, 4, 8, 4)
     assert hang.result == "8x ConcurrencyLimitError, 4x ReadTimeout"
     assert (hang.decision, hang.reason) == ("fail_fast", "concurrency_limit")
     assert hang.elapsed < 1.0
@@ -124,12 +140,15 @@ def test_two_hops_retry_at_one_layer(played):
 
 
 def test_streamed_events_are_valid_json_lines(played):
-    """One http.try per try of every scene and 3 breaker.transition lines stream, each valid
-    against the schema."""
+    """One http.try per try and per refusal of every scene and 3 breaker.transition lines
+    stream, each valid against the schema."""
     scenes, events = played
     kinds = [event["event"] for event in events]
     assert kinds.count("demo.scene") == 12
-    assert kinds.count("http.try") == sum(call.tries for scene in scenes for call in scene.calls)
+    calls = [call for scene in scenes for call in scene.calls]
+    assert kinds.count("http.try") == sum(call.tries + call.refused for call in calls)
+    fail_fasts = [e for e in events if e["event"] == "http.try" and e["decision"] == "fail_fast"]
+    assert len(fail_fasts) == sum(call.refused for call in calls) > 0
     assert kinds.count("breaker.transition") == 3
     validator = jsonschema.Draft202012Validator(SCHEMA)
     ours = [event for event in events if event["event"] != "demo.scene"]
@@ -150,7 +169,7 @@ def test_demo_command_with_stdout_flag(capsys):
     assert captured.err == ""
     lines = captured.out.splitlines()
     table = lines[lines.index("") + 1 :]
-    assert table[0].split()[:3] == ["scene", "call", "tries"]
+    assert table[0].split()[:4] == ["scene", "call", "tries", "refused"]
     events = sum(1 for line in lines if line.startswith('{"method"'))
     assert events > 28 + 12
     assert table[-1].startswith("12 scenes in ")

@@ -72,7 +72,7 @@ def test_deadline_kwarg(mock, session, clock):
 
 
 def test_request_takes_requests_parameters_in_requests_order():
-    """request() spells out requests' parameters (it passes them on by position): the same
+    """request() spells out requests' parameters (and passes them on by keyword): the same
     names, order and defaults, plus deadline= last. A requests release that changes them
     fails here first."""
     ours = list(inspect.signature(ResilientSession.request).parameters.values())

@@ -14,8 +14,9 @@ import pytest
 import requests
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from resilient_session import ResilientSession
@@ -236,7 +237,28 @@ def starlette_b_after_answer(session: ResilientSession, c_url: str) -> Any:
     return uvicorn_server(app)
 
 
-@pytest.mark.parametrize("stack", [flask_b_after_answer, starlette_b_after_answer])
+async def _passing_through(request: Request, call_next: RequestResponseEndpoint) -> Response:
+    return await call_next(request)
+
+
+def starlette_b_after_answer_behind_base_http(session: ResilientSession, c_url: str) -> Any:
+    # The order docs/cross-hop.md gives: ASGIMiddleware added first, so it sits inside the
+    # BaseHTTPMiddleware (FastAPI's @app.middleware("http")), whose endpoint runs in a task
+    # of its own that the answer's end must reach.
+    def call(request: Request) -> PlainTextResponse:
+        task = BackgroundTask(call_c, session, c_url, None)
+        return PlainTextResponse("queued", status_code=202, background=task)
+
+    app = Starlette(routes=[Route("/call", call)])
+    app.add_middleware(ASGIMiddleware, config=B_CONFIG)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=_passing_through)
+    return uvicorn_server(app)
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [flask_b_after_answer, starlette_b_after_answer, starlette_b_after_answer_behind_base_http],
+)
 def test_work_after_the_answer_keeps_the_local_policy(stack, c, b_session):
     """A call made after the answer has gone (Flask's call_on_close, Starlette's background
     task) is not repeated by the caller, who got a 202: B's own policy applies, 4 tries, and

@@ -1,5 +1,5 @@
 """The watchdog over TLS: a healthy call keeps its pooled TLS connection, trickled headers
-after a completed handshake are cut at the deadline."""
+or a trickled trailer after a completed handshake are cut at the deadline."""
 
 from __future__ import annotations
 
@@ -41,6 +41,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(head[index : index + 1])
             self.wfile.write(b"ok")
+            return
+        if self.path == "/trailer":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            self.wfile.write(b"2\r\nok\r\n0\r\nX-Trailer: ")
+            for _ in range(40):  # 12 s of trailer
+                if server.stopping.wait(0.3):
+                    return
+                self.wfile.write(b"a")
+            self.wfile.write(b"\r\n\r\n")
             return
         self.send_response(200)
         self.send_header("Content-Length", "2")
@@ -122,3 +131,21 @@ def test_trickled_headers_over_tls_are_cut_at_the_deadline(tls_server, make_sess
 
     assert 0.95 <= elapsed < 1.5
     assert len(server.connections) == 1
+
+
+def test_a_trickled_trailer_over_tls_is_cut_at_the_deadline(tls_server, make_session):
+    """A chunked body's trailer, one byte every 0.3 s over TLS, ends the call at its 1 s
+    deadline with DeadlineExceeded, not 12 s later with a 200; the next call connects anew."""
+    server, cert = tls_server
+    session = make_session(retry={"max_attempts": 1})
+    base = f"https://127.0.0.1:{server.server_address[1]}"
+
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="while reading the body of 200"):
+        session.get(base + "/trailer", deadline=1.0, verify=cert)
+    elapsed = time.monotonic() - started
+    after = session.get(base + "/ok", deadline=5.0, verify=cert)
+
+    assert 0.95 <= elapsed < 1.6
+    assert after.content == b"ok"
+    assert len(server.connections) == 2

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
-from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.clock import SYSTEM_CLOCK, Clock, jitter_source
 from resilient_session.config import Config
 from resilient_session.config.policy import HostPolicy
 
@@ -174,7 +174,8 @@ class HostRegistry:
         rng: random.Random | None = None,
     ) -> None:
         self.config = config if config is not None else Config()
-        rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
+        # Seeded while resilient_session.testing.fast() is on, so its waits repeat.
+        rng = rng if rng is not None else jitter_source()
         self.runtime: Runtime = runtime_for(self.config, clock, rng)
         self.backend: StateBackend = open_backend(self.config.state, clock, rng)
         self._max_hosts = self.config.registry.max_hosts

@@ -13,6 +13,10 @@ from resilient_session._observe.redact import redact_url
 from resilient_session._state.runtime import Runtime
 from resilient_session.errors import DeadlineExceeded
 
+from .watchdog import ARMED, WATCHED
+
+_current_watch = WATCHED.get
+
 _CHUNK = 64 * 1024
 
 # How much of a retried response's body is read before its connection is dropped instead
@@ -24,9 +28,10 @@ DRAIN_LIMIT: Final = 64 * 1024
 def read_body(response: requests.Response, deadline_at: float | None, runtime: Runtime) -> None:
     """Read the whole body into ``response.content``; errors are requests' own types.
 
-    With a deadline the body is read one socket read at a time, each bounded by what is left
-    on the runtime's clock, so a body that drips in slowly is cut at the deadline instead of
-    running past it; a cut's message hides the runtime's redacted names in the URL.
+    With a deadline the body is read under the try's watch, which the watchdog fires at the
+    deadline, so a body that drips in slowly, or whose chunked framing trickles, is cut there
+    instead of running past it; a body no watch covers has each read bounded by what is left
+    on the runtime's clock. A cut's message hides the runtime's redacted names in the URL.
     """
     if deadline_at is None or not hasattr(response.raw, "read1"):
         _ = response.content
@@ -48,37 +53,47 @@ def _read(
     """
     raw = response.raw
     clock = runtime.clock
+    # A body read under a watch that its connection kept armed is the watchdog's to cut (the
+    # framing too, which one read may take many socket reads over); any other, each read's.
+    watch = _current_watch()
+    bound = deadline_at is not None and (watch is None or watch.state < ARMED)
     chunks: list[bytes] = []
     size = 0
-    cut: ReadTimeoutError | None = None
+    cut: Exception | None = None
     while True:
         if deadline_at is not None:
             remaining = deadline_at - clock.monotonic()
             if remaining <= 0:
-                raise _exceeded(response, runtime.redact, cut)
-            _bound_socket(raw, remaining)
+                raise body_cut(response, runtime.redact, cut)
+            if bound:
+                _bound_socket(raw, remaining)
         want = _CHUNK if limit is None else min(_CHUNK, limit + 1 - size)
         try:
             chunk = raw.read1(want, decode_content=True)
-        except ReadTimeoutError as exc:
+        except (ReadTimeoutError, ProtocolError, DecodeError, Urllib3SSLError) as exc:
             if deadline_at is None or deadline_at - clock.monotonic() > 0:
-                raise requests.ConnectionError(exc, response=response) from exc
-            # Raised at the top of the loop, outside this handler, so it carries no context.
+                raise _translated(exc, response) from exc
+            # Timed out at the deadline, or broken there by the watchdog's shutdown: raised at
+            # the top of the loop, outside this handler, so it carries no context.
             cut = exc
             continue
-        # The same translation requests applies in Response.iter_content.
-        except ProtocolError as exc:
-            raise requests.exceptions.ChunkedEncodingError(exc) from exc
-        except DecodeError as exc:
-            raise requests.exceptions.ContentDecodingError(exc) from exc
-        except Urllib3SSLError as exc:
-            raise requests.exceptions.SSLError(exc) from exc
         if not chunk:
             return chunks, True
         chunks.append(chunk)
         size += len(chunk)
         if limit is not None and size > limit:
             return chunks, False
+
+
+def _translated(exc: Exception, response: requests.Response) -> requests.RequestException:
+    # The same translation requests applies in Response.iter_content.
+    if isinstance(exc, ProtocolError):
+        return requests.exceptions.ChunkedEncodingError(exc)
+    if isinstance(exc, DecodeError):
+        return requests.exceptions.ContentDecodingError(exc)
+    if isinstance(exc, Urllib3SSLError):
+        return requests.exceptions.SSLError(exc)
+    return requests.ConnectionError(exc, response=response)
 
 
 def _bound_socket(raw: Any, seconds: float) -> None:
@@ -94,9 +109,11 @@ def _bound_socket(raw: Any, seconds: float) -> None:
             sock.settimeout(seconds)
 
 
-def _exceeded(
-    response: requests.Response, names: frozenset[str], cut: ReadTimeoutError | None = None
+def body_cut(
+    response: requests.Response, names: frozenset[str], cut: Exception | None = None
 ) -> DeadlineExceeded:
+    """Close *response* and say that the deadline ran out while its body was read; *cut* is
+    the read error the deadline caused, kept unprinted as the exception's ``original``."""
     response.close()
     return DeadlineExceeded(
         f"deadline ran out while reading the body of {response.status_code} from "

@@ -47,15 +47,19 @@ class Watch:
     """One try's bound: the instant it ends, *seconds* from *now*, and the socket to shut down.
 
     The instant is on real time by default, whatever clock the stages run on: the watchdog
-    thread sleeps on real time.
+    thread sleeps on real time. *body* says whether the watch lasts until the response's body
+    has been read (the try reads it), or ends with its headers (the caller streams it).
     """
 
-    __slots__ = ("sock", "state", "until")
+    __slots__ = ("body", "sock", "state", "until")
 
-    def __init__(self, seconds: float, now: Callable[[], float] = _real_monotonic) -> None:
+    def __init__(
+        self, seconds: float, now: Callable[[], float] = _real_monotonic, body: bool = True
+    ) -> None:
         self.until = now() + seconds
         self.state = IDLE
         self.sock: socket.socket | None = None
+        self.body = body
 
 
 class Watchdog:

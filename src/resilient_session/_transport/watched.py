@@ -1,11 +1,12 @@
-"""urllib3 connections that put each try, from connect to the last header byte, under the watchdog.
+"""urllib3 connections that put each try, from connect to the body's last byte, under the watchdog.
 
 The deadline stage opens a :class:`~.watchdog.Watch` around each try of a call
 with a deadline; the try's pool arms it on the connection the try is given, just before the
 request goes out (urllib3's ``_validate_conn`` hook: before a new connection connects, so the
-TLS handshake is covered, and before a pooled one sends a byte), and the connection disarms it
-once the response's headers are in. The body is bounded by ``body.read_body`` instead, and a
-``stream=True`` body is the caller's to bound.
+TLS handshake is covered, and before a pooled one sends a byte). When the try reads the body
+(``stream=False``), the response disarms the watch as the body ends, just before urllib3 hands
+the connection back to the pool, so the body's chunked framing is bounded too; a
+``stream=True`` body is the caller's to bound, and its watch ends once the headers are in.
 
 The watchdog shuts down a duplicate of the connection's socket descriptor (the "shutter"):
 the same TCP socket, so a blocked read wakes, but a descriptor that only this connection
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import os
 import socket
+from types import MethodType
+from typing import Any
 
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -61,13 +64,32 @@ class _Watched(HTTPConnection):
         watch = self._watch
         if watch is None:  # disarmed by close() in between
             return _getresponse(self)
+        body = watch.body
+        if body:
+            # http.client closes a connection whose response will end it (Connection: close)
+            # as the head ends, but the body still comes through the same socket under the
+            # same watch: that close must neither disarm it nor close the shutter.
+            shutter = self._shutter
+            self._watch = self._shutter = None
         try:
             response = _getresponse(self)
         except BaseException as exc:
             self._watch = None
-            if WATCHDOG.disarm(watch):
+            fired = WATCHDOG.disarm(watch)
+            if body:
+                self._shutter = shutter
+                if self.sock is None:
+                    self.close()  # closed in between: its shutter goes too, once disarmed
+            if fired:
                 raise TimeoutError("deadline ran out before the response headers") from exc
             raise
+        if body:
+            # Left armed for the body: the response disarms it as the body ends, before
+            # urllib3 hands this connection back to the pool.
+            self._watch = watch
+            self._shutter = shutter
+            response.release_conn = MethodType(_release_watched, response)  # type: ignore[method-assign]
+            return response
         self._watch = None
         if WATCHDOG.disarm(watch):
             # Fired as the headers came in: the socket is shut, so this response is unusable.
@@ -100,6 +122,24 @@ class _Watched(HTTPConnection):
             # an HTTPS proxy) has a descriptor but neither attribute.
             shutter = self._shutter = socket.socket(fileno=os.dup(sock.fileno()))
         WATCHDOG.arm(watch, shutter)
+
+
+def _release_watched(response: HTTPResponse) -> None:
+    """The response's ``release_conn`` while its body is watched: disarm, then release.
+
+    urllib3 releases the connection as the body ends (or breaks): the watch ends first, so it
+    can never fire on a connection another try has taken from the pool.
+    """
+    del response.release_conn  # urllib3's own from here on
+    conn: Any = response._connection
+    watch = conn._watch if conn is not None else None
+    if watch is not None:
+        conn._watch = None
+        if WATCHDOG.disarm(watch) or conn.sock is None:
+            # Shut down by the watchdog: never pooled. Or ended by its response (Connection:
+            # close), whose socket the shutter duplicates: the shutter goes with it.
+            conn.close()
+    response.release_conn()
 
 
 class WatchedHTTPConnection(_Watched, HTTPConnection):

@@ -147,8 +147,9 @@ def _build_parser() -> _Parser:
     stats = command(
         "stats",
         help="per-host figures from JSON event lines",
-        description="Read http.try and breaker.transition JSON lines; print per-host figures. "
-        "Other lines are skipped and counted. p50/p99 are within 1% of the exact value.",
+        description="Read http.try and breaker.transition JSON lines (the event named under "
+        "event, message or msg); print per-host figures. Other lines are skipped and counted; "
+        "input with no event at all exits 2. p50/p99 are within 1% of the exact value.",
     )
     stats.add_argument(
         "file",
@@ -329,6 +330,11 @@ def _run_stats(args: argparse.Namespace) -> int:
                 aggregator.feed_file(lines)
         except OSError as exc:
             raise UsageError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+    if aggregator.used == 0:
+        # Figures of nothing would read as a quiet service; most often it is the wrong file or
+        # a log format whose lines name no event where stats looks (docs/events.md).
+        source = "stdin" if args.file == "-" else printable(args.file)
+        raise UsageError(_no_event(aggregator, source))
     summary = aggregator.summary()
     if args.json:
         # ensure_ascii (the default) writes controls, bidi overrides and lone surrogates from
@@ -337,6 +343,16 @@ def _run_stats(args: argparse.Namespace) -> int:
     else:
         print(stats_text(summary))
     return EXIT_OK
+
+
+def _no_event(aggregator: StatsAggregator, source: str) -> str:
+    skipped = aggregator.skipped
+    return (
+        f"{source}: no event found in the input ({aggregator.lines} lines read: "
+        f"{skipped.not_json} not JSON, {skipped.too_long} too long, "
+        f"{skipped.other_event} other events, {skipped.malformed} malformed); stats reads "
+        "JSON lines naming http.try, breaker.transition or state.* under event, message or msg"
+    )
 
 
 def _text_stdin() -> TextIO:

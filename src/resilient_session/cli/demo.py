@@ -20,6 +20,7 @@ import requests
 import structlog
 
 from resilient_session._observe.render import json_processors
+from resilient_session._pipeline.attempt import Verdict
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.inbound import WSGIMiddleware
 from resilient_session.session import ResilientSession
@@ -27,6 +28,7 @@ from resilient_session.testing.service import LoopbackService
 from resilient_session.testing.upstream import Flaky, FlakyUpstream, Hang, Reply
 
 SCENE_EVENT: Final = "demo.scene"
+_FAIL_FAST: Final = Verdict.FAIL_FAST.value
 
 # Real time passes in the demo, so backoff is tiny and the whole walk takes a few seconds.
 _FAST: Final[Mapping[str, Mapping[str, Any]]] = {
@@ -39,11 +41,16 @@ _scene_log = structlog.get_logger("resilient_session.cli.demo")
 
 @dataclass(frozen=True, slots=True)
 class CallResult:
-    """One call of a scene (or several alike, summed), as its ``http.try`` events told it."""
+    """One call of a scene (or several alike, summed), as its ``http.try`` events told it.
+
+    ``tries`` are the tries sent toward the upstream and ``refused`` those a local guard
+    refused (``fail_fast``), as ``health()`` and ``stats`` count them (docs/events.md).
+    """
 
     label: str
     calls: int
     tries: int
+    refused: int
     waits: tuple[float, ...]
     decision: str
     reason: str
@@ -116,7 +123,8 @@ def _summarise(label: str, events: list[dict[str, Any]], result: str, elapsed: f
     return CallResult(
         label=label,
         calls=sum(1 for event in tries if event["attempt"] == 1),
-        tries=len(tries),
+        tries=_sent(tries),
+        refused=len(tries) - _sent(tries),
         waits=tuple(event["wait"] for event in tries if event["decision"] == "retry"),
         decision=final["decision"],
         reason=final["reason"],
@@ -130,6 +138,11 @@ def _summarise(label: str, events: list[dict[str, Any]], result: str, elapsed: f
     )
 
 
+def _sent(tries: Sequence[Mapping[str, Any]]) -> int:
+    """How many of the ``http.try`` events *tries* stand for a try sent: not ``fail_fast``."""
+    return sum(1 for event in tries if event["decision"] != _FAIL_FAST)
+
+
 def _summed(label: str, calls: Sequence[CallResult]) -> CallResult:
     """Many calls alike as one row: tries and waits added up, the results counted."""
     results = Counter(call.result for call in calls)
@@ -137,6 +150,7 @@ def _summed(label: str, calls: Sequence[CallResult]) -> CallResult:
         label=label,
         calls=sum(call.calls for call in calls),
         tries=sum(call.tries for call in calls),
+        refused=sum(call.refused for call in calls),
         waits=tuple(wait for call in calls for wait in call.waits),
         decision=calls[-1].decision,
         reason=calls[-1].reason,
@@ -297,7 +311,8 @@ def _hang_held(stage: _Stage) -> tuple[list[CallResult], str]:
     row = CallResult(
         label=f"{_HANG_CALLS}x GET /stuck at once",
         calls=_HANG_CALLS,
-        tries=len(tries),
+        tries=_sent(tries),
+        refused=len(tries) - _sent(tries),
         waits=(),
         decision="fail_fast",
         reason="concurrency_limit",

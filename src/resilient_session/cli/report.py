@@ -128,8 +128,12 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def demo_text(scenes: Sequence[SceneResult]) -> str:
-    """One row per call of each scene, then a note per scene with the upstream's counts."""
-    header = ["scene", "call", "tries", "waits", "decision", "reason", "result"]
+    """One row per call of each scene, then a note per scene with the upstream's counts.
+
+    ``tries`` counts the tries sent toward the upstream; a try a local guard refused is in
+    ``refused`` instead, as docs/events.md defines them.
+    """
+    header = ["scene", "call", "tries", "refused", "waits", "decision", "reason", "result"]
     rows: list[list[Any]] = []
     for scene in scenes:
         for index, call in enumerate(scene.calls):
@@ -139,10 +143,10 @@ def demo_text(scenes: Sequence[SceneResult]) -> str:
                 states = [call.transitions[0].split("->")[0]]
                 states += [transition.split("->")[1] for transition in call.transitions]
                 result += f", breaker {' -> '.join(states)}"
-            row = [name, call.label, call.tries, _waits(call.waits), call.decision, call.reason]
-            rows.append([*row, result])
+            row = [name, call.label, call.tries, call.refused, _waits(call.waits)]
+            rows.append([*row, call.decision, call.reason, result])
     notes = [f"  {scene.number}. {scene.note}" for scene in scenes]
-    return "\n".join([*_table(header, rows, text_columns=(0, 1, 3, 4, 5, 6)), "", *notes])
+    return "\n".join([*_table(header, rows, text_columns=(0, 1, 4, 5, 6, 7)), "", *notes])
 
 
 def _waits(waits: Sequence[float]) -> str:

@@ -32,6 +32,11 @@ MAX_LINE: Final = 65_536
 MAX_HOSTS: Final = 1_000
 # A DNS name is at most 253 characters; with scheme and port a host key fits well within this.
 MAX_HOST_LENGTH: Final = 512
+# Where a JSON log line names its event: structlog's JSONRenderer writes ``event``,
+# python-json-logger ``message``, and a stdlib formatter dumping the record's fields ``msg``.
+NAME_KEYS: Final = ("event", "message", "msg")
+
+_NAMES: Final = frozenset({TRY_EVENT, TRANSITION_EVENT, DEGRADED_EVENT, RESTORED_EVENT})
 
 _VERDICTS: Final = frozenset(verdict.value for verdict in Verdict)
 _REASONS: Final = frozenset(reason.value for reason in Reason)
@@ -107,7 +112,7 @@ class StatsAggregator:
 
     def add(self, event: Mapping[str, Any]) -> None:
         """Count one decoded event; every field read is checked for type and range first."""
-        name = event.get("event")
+        name = _event_name(event)
         if name == TRY_EVENT:
             self._add_try(event)
         elif name == TRANSITION_EVENT:
@@ -208,6 +213,15 @@ class StatsAggregator:
             },
             "relative_error": RELATIVE_ERROR,
         }
+
+
+def _event_name(event: Mapping[str, Any]) -> str | None:
+    """The name of one of our events, under whichever key the log's formatter put it."""
+    for key in NAME_KEYS:
+        name = event.get(key)
+        if _is_one_of(name, _NAMES):
+            return name
+    return None
 
 
 def _discard_rest_of_line(stream: _Lines) -> None:

@@ -3,11 +3,11 @@ JSON schema; reading files and validating them live beside it."""
 
 from __future__ import annotations
 
-from .model import ENV_VAR, Config, load, schema
+from .document import ConfigDocument, schema
+from .model import ENV_VAR, Config, load
 from .policy import (
     BreakerPolicy,
     BudgetPolicy,
-    ConfigDocument,
     DeadlinePolicy,
     EventsPolicy,
     HostPolicy,

@@ -14,8 +14,8 @@ import msgspec
 from resilient_session.errors import ConfigError
 
 from . import file as configfile
+from .document import ConfigDocument
 from .policy import (
-    ConfigDocument,
     EventsPolicy,
     HostPolicy,
     InboundPolicy,
@@ -240,13 +240,3 @@ def _parse_pattern(
         errors.add(path, "bad host pattern: unbalanced [ ]")
         return None
     return host, port
-
-
-def schema() -> dict[str, Any]:
-    """The JSON Schema of a configuration file, generated from the models."""
-    result: dict[str, Any] = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "resilient-session configuration",
-        **msgspec.json.schema(ConfigDocument),
-    }
-    return result

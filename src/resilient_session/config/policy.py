@@ -6,9 +6,12 @@ JSON Schema shipped in docs/, and are the frozen values the pipeline reads.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, TypeAlias
+import ipaddress
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
+
+from resilient_session._observe.redact import redact_store_url
 
 # Every number is finite and bounded, so no value can overflow a computation or a container
 # later, in the middle of a call. A day caps any duration; docs/configuration.md says why each
@@ -17,6 +20,8 @@ DAY: Final = 86_400.0
 
 Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
+# An IPv4 or IPv6 network in CIDR notation, or one address; the longest IPv6 one is 43.
+Network: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 # RFC 9110 section 5.6.2: a field name is a token.
 HeaderName: TypeAlias = Annotated[
@@ -210,6 +215,16 @@ class InboundPolicy(StrictStruct, frozen=True):
     margin_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 10
     max_ms: Annotated[int, msgspec.Meta(ge=1, le=int(DAY * 1000))] = 300_000
     single_try_when_caller_retries: bool = True
+    # Null adopts both headers from every caller; a list, from peers inside these networks
+    # only: any client can send them, and switch off this service's retries for its request.
+    trusted_networks: Annotated[tuple[Network, ...], msgspec.Meta(max_length=10_000)] | None = None
+
+    def __post_init__(self) -> None:
+        for index, text in enumerate(self.trusted_networks or ()):
+            try:
+                ipaddress.ip_network(text)
+            except ValueError as exc:
+                raise ValueError(f"trusted_networks[{index}]: {exc}") from None
 
 
 class StatePolicy(StrictStruct, frozen=True):
@@ -224,14 +239,14 @@ class StatePolicy(StrictStruct, frozen=True):
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
     sync_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 100
 
+    # The URL may carry the store's password (docs/fleet.md): every way Python shows the
+    # policy, and the Config holding it, prints the URL without its userinfo or secret values.
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"{type(self).__name__}({shown})"
 
-class ConfigDocument(StrictStruct, frozen=True):
-    """The shape of a configuration file; used for the JSON Schema and top-level keys."""
-
-    defaults: HostPolicy = HostPolicy()
-    hosts: dict[str, HostPolicy] = {}
-    registry: RegistryPolicy = RegistryPolicy()
-    events: EventsPolicy = EventsPolicy()
-    inbound: InboundPolicy = InboundPolicy()
-
-    state: StatePolicy = StatePolicy()
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return [
+            (name, redact_store_url(self.url) if name == "url" else getattr(self, name))
+            for name in self.__struct_fields__
+        ]

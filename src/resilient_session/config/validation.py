@@ -115,7 +115,7 @@ def check_value(data: Any, model: Any, path: Path, errors: Errors) -> Any:
 
 
 _AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
-_NAMED = re.compile(r"^(?P<key>[a-z_]+): (?P<msg>.*)$", re.DOTALL)
+_NAMED = re.compile(r"^(?P<key>[a-z_]+)(?:\[(?P<index>\d+)\])?: (?P<msg>.*)$", re.DOTALL)
 
 
 def describe(message: str, prefix: Path, data: Any) -> str:
@@ -124,8 +124,11 @@ def describe(message: str, prefix: Path, data: Any) -> str:
     msg, keys = (at.group("msg"), _split_path(at.group("path"))) if at else (message, [])
     named = _NAMED.match(msg)
     if named:
-        # A relation between two keys, raised by a model's __post_init__: name the second key.
+        # A relation between two keys, or one item of a list, raised by a model's
+        # __post_init__: name that key, and the item's index.
         keys.append(named.group("key"))
+        if named.group("index") is not None:
+            keys.append(int(named.group("index")))
         return f"{dotted((*prefix, *keys))}: {_cut(printable(named.group('msg')))}"
     value = _lookup(data, keys)
     text = _cut(printable(_plain(msg)))

@@ -15,6 +15,7 @@ from resilient_session.deadline import enter as enter_scope
 from resilient_session.deadline import leave as leave_scope
 
 from .headers import parse_attempt, parse_timeout_ms, single
+from .peers import TrustedNetworks
 
 
 class Adopted(NamedTuple):
@@ -73,10 +74,16 @@ class Adopter:
         self.attempt_header = (
             headers.attempt_header if policy.single_try_when_caller_retries else None
         )
+        # None trusts every caller; the middlewares then never look up the peer at all.
+        networks = policy.trusted_networks
+        self.trusted = None if networks is None else TrustedNetworks(networks)
 
-    def adopt(self, timeouts: Sequence[str], attempts: Sequence[str]) -> Adopted | None:
+    def adopt(
+        self, timeouts: Sequence[str], attempts: Sequence[str], peer: object = None
+    ) -> Adopted | None:
         """What to put in force for a request with these header values (each header's values
-        as received); None when there is nothing to adopt."""
+        as received) from *peer* (its address, when ``trusted`` is set); None when there is
+        nothing to adopt, or it came from a peer outside the trusted networks."""
         scope = None
         if self.timeout_header is not None:
             milliseconds = parse_timeout_ms(single(timeouts), self._max_ms)
@@ -87,6 +94,10 @@ class Adopter:
             attempt = parse_attempt(single(attempts))
             single_try = attempt is not None and attempt.caller_retries
         if scope is None and not single_try:
+            return None
+        # Checked only for a request that asks for something: most carry neither header.
+        trusted = self.trusted
+        if trusted is not None and peer not in trusted:
             return None
         return Adopted(scope, single_try)
 

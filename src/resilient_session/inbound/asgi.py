@@ -57,7 +57,9 @@ class ASGIMiddleware:
             return
         headers = scope.get("headers") or ()
         adopted = self._adopter.adopt(
-            _values(headers, self._timeout_name), _values(headers, self._attempt_name)
+            _values(headers, self._timeout_name),
+            _values(headers, self._attempt_name),
+            _peer(scope) if self._adopter.trusted is not None else None,
         )
         if adopted is None:
             await self.app(scope, receive, send)
@@ -82,6 +84,15 @@ class ASGIMiddleware:
 # extension's message is a whole body in itself.
 _BODY: Final = frozenset({"http.response.body", "http.response.zerocopy"})
 _PATHSEND: Final = "http.response.pathsend"
+
+
+def _peer(scope: Scope) -> object:
+    # ASGI: scope["client"] is [host, port], or None when the server does not know it (a
+    # Unix socket); anything else a server puts there is no address.
+    client = scope.get("client")
+    if isinstance(client, list | tuple) and client:
+        return client[0]
+    return None
 
 
 def _header_name(header: str | None) -> bytes | None:

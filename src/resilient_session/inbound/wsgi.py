@@ -50,7 +50,9 @@ class WSGIMiddleware:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         adopted = self._adopter.adopt(
-            _values(environ, self._timeout_key), _values(environ, self._attempt_key)
+            _values(environ, self._timeout_key),
+            _values(environ, self._attempt_key),
+            environ.get("REMOTE_ADDR"),
         )
         if adopted is None:
             return self.app(environ, start_response)

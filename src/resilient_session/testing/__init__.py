@@ -6,9 +6,13 @@ and real loopback servers: ``FlakyUpstream`` with its steps (``Reply``, ``Hang``
 Example::
 
     clock = FakeClock()
+    session = ResilientSession(clock=clock)
     transport = ScriptedTransport(clock, 503, (429, {"Retry-After": "2"}), 200)
-    session = ResilientSession(clock=clock)   # or drive standard_chain(transport) over
-                                              # calls of a HostRegistry(clock=clock)
+    transport.attach(session)
+    assert session.get("https://api.test/items").status_code == 200
+    assert transport.calls == 3 and clock.sleeps[1] == 2.0
+
+``fast()`` makes every session's waits cost no real time, for a whole suite (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ from __future__ import annotations
 import http
 import threading
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import requests
 from requests.structures import CaseInsensitiveDict
 
 from resilient_session._compat import keep_content
 from resilient_session._pipeline.attempt import Attempt, Outcome
+from resilient_session.adapter import ResilientAdapter
+from resilient_session.session import ResilientSession
 
+from .fast import FastMode, fast
 from .faults import (
     MAX_WAIT,
     CloseWithoutReply,
@@ -44,6 +51,7 @@ __all__ = [
     "CloseWithoutReply",
     "Drip",
     "FakeClock",
+    "FastMode",
     "Flaky",
     "FlakyUpstream",
     "Hang",
@@ -57,6 +65,7 @@ __all__ = [
     "Step",
     "Trickle",
     "build_response",
+    "fast",
     "refused_url",
 ]
 
@@ -115,6 +124,23 @@ class ScriptedTransport:
     def calls(self) -> int:
         return len(self.sent)
 
+    def attach(
+        self, session: ResilientSession, prefixes: tuple[str, ...] = ("https://", "http://")
+    ) -> None:
+        """Play the script for *session*'s calls to URLs under *prefixes*, in place of the
+        network, through the whole pipeline and on the session's per-host state.
+
+        Raises:
+            ValueError: *session* runs on another clock than this transport's.
+        """
+        if session._clock is not self._clock:
+            raise ValueError("attach to a session made with this transport's clock")
+        adapter = _ScriptedAdapter(
+            self, registry=session.registry, clock=self._clock, rng=session._rng
+        )
+        for prefix in prefixes:
+            session.mount(prefix, adapter)
+
     def __call__(self, attempt: Attempt) -> Outcome:
         step = self._steps[min(len(self.sent), len(self._steps) - 1)]
         self.sent.append(attempt)
@@ -124,6 +150,18 @@ class ScriptedTransport:
         if isinstance(step, type):
             return Outcome(error=step())
         return Outcome(response=build_response(attempt.request, step))
+
+
+class _ScriptedAdapter(ResilientAdapter):
+    """A ResilientAdapter whose tries are played by a ScriptedTransport instead of sent: the
+    pipeline is built around ``_transport``, which this replaces."""
+
+    def __init__(self, script: ScriptedTransport, **kwargs: Any) -> None:
+        self._script = script
+        super().__init__(**kwargs)
+
+    def _transport(self, attempt: Attempt) -> Outcome:
+        return self._script(attempt)
 
 
 def build_response(

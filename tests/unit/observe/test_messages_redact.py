@@ -7,7 +7,7 @@ import io
 import requests
 
 from resilient_session._observe.redact import SENSITIVE_PARAMS, sensitive_names
-from resilient_session._transport.body import _exceeded
+from resilient_session._transport.body import body_cut
 
 URL = "https://user:hunter2@api.test/p;jsessionid=js1/x?page=2&token=tk1#access_token=fr1"
 
@@ -18,7 +18,7 @@ def test_body_deadline_message_names_the_url_redacted():
     response.status_code = 200
     response.url = URL
     response.raw = io.BytesIO(b"")
-    error = _exceeded(response, SENSITIVE_PARAMS)
+    error = body_cut(response, SENSITIVE_PARAMS)
     assert str(error) == (
         "deadline ran out while reading the body of 200 from "
         "https://api.test/p;jsessionid=REDACTED/x?page=2&token=REDACTED"
@@ -31,6 +31,6 @@ def test_body_deadline_message_hides_the_configured_names_too():
     response.status_code = 503
     response.url = "https://api.test/d?mytoken=SECRET&page=2"
     response.raw = io.BytesIO(b"")
-    error = _exceeded(response, sensitive_names(["mytoken"]))
+    error = body_cut(response, sensitive_names(["mytoken"]))
     assert "SECRET" not in str(error)
     assert str(error).endswith("https://api.test/d?mytoken=REDACTED&page=2")

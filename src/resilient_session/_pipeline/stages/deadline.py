@@ -17,6 +17,7 @@ from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.attempt_header import format_attempt
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
+from resilient_session._transport.body import body_cut
 from resilient_session._transport.timeouts import split_timeout
 from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
 from resilient_session.errors import DeadlineExceeded
@@ -52,8 +53,9 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         if names.attempt_header is not None:
             values.append((names.attempt_header, attempt_value(attempt)))
         request = with_headers(request, values)
-    # Per-read timeouts restart with each byte; the watchdog bounds the whole try.
-    watch = Watch(remaining)
+    # Per-read timeouts restart with each byte; the watchdog bounds the whole try: up to
+    # the body's last byte, unless the caller streams the body and so reads it later.
+    watch = Watch(remaining, body=False) if call.stream else Watch(remaining)
     token = WATCHED.set(watch)
     try:
         outcome = call_next(attempt.sending(request, timeout))
@@ -63,6 +65,10 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         # is, costs one comparison.
         fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
     timed_out = outcome.error
+    if fired and timed_out is None and outcome.response is not None:
+        # Only a watch that lasts through the body fires on a try that returned: the body
+        # ended as its socket was shut down, so it may be cut short (a trailer is, silently).
+        return Outcome(error=body_cut(outcome.response, call.runtime.redact))
     if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
         not isinstance(timed_out, DeadlineExceeded)
     ):

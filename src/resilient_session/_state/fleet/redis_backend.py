@@ -50,8 +50,11 @@ from .throttle import FleetThrottle
 # A worker is counted in a host's budget split while it synced within this many intervals.
 _ALIVE_INTERVALS: Final = 3
 _MIN_ALIVE_MS: Final = 1_000
-# Failed syncs in a row that make an outage: state.degraded, and health's state_degraded.
-_OUTAGE_SYNCS: Final = 2
+# Failed syncs in a row make an outage (state.degraded, and health's state_degraded) once
+# they have gone on this many sync intervals, and this long at least: a busy machine can hold
+# a healthy Redis past timeout_ms for a few syncs in a row, for a tenth of a second or so.
+_OUTAGE_INTERVALS: Final = 3
+_MIN_OUTAGE: Final = 0.25
 # A fork waits at most this long for a sync in flight: one lasts a few timeout_ms, and
 # one waiting on Redis past this holds only its socket.
 _FORK_WAIT: Final = 5.0
@@ -92,6 +95,7 @@ class RedisBackend:
         self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
         self._interval = policy.sync_interval_ms / 1000
         self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
+        self._outage_after = max(_MIN_OUTAGE, _OUTAGE_INTERVALS * policy.sync_interval_ms / 1000)
         self._url_shown = redact_store_url(policy.url)
         timeout = policy.timeout_ms / 1000
         try:
@@ -280,26 +284,23 @@ class RedisBackend:
             pipe.reset()
 
     def _degrade(self, error: Exception, hosts: list[SyncedHost], batches: list[Batch]) -> None:
-        if self._failed_syncs + 1 < _OUTAGE_SYNCS:
-            # A blip: the batch goes out again with the next sync, so a slow Redis loses no
-            # count. A sync that timed out after the server ran it is counted twice: at most
-            # one batch per worker per blip, and in the cautious direction for the breaker.
-            for host, batch in zip(hosts, batches, strict=True):
-                put_back(host, batch)
-        else:
-            # An outage: the counts are this process's own from here on. Idle hosts too, at
-            # its start: the fleet's view they last read must not count while out of reach.
-            starts = self._failed_syncs + 1 == _OUTAGE_SYNCS
-            for host in self._roster.hosts.values() if starts else hosts:
-                isolate(host)
         now = SYSTEM_CLOCK.monotonic()
         if self._failing_since is None:
             self._failing_since = now
         self._failed_syncs += 1
-        # One failed sync is a blip (a busy machine can hold a healthy Redis past 20 ms once):
-        # the guards ran locally meanwhile and the batch goes out again, but only a second
-        # failure in a row is an outage worth an event.
-        if self._failed_syncs >= _OUTAGE_SYNCS and self._degraded_at is None and not self._closed:
+        if self._degraded_at is None and now - self._failing_since < self._outage_after:
+            # A blip: the batch goes out again with the next sync, so a slow Redis loses no
+            # count. A sync that timed out after the server ran it is counted twice: at most
+            # the blip's few batches per worker, in the cautious direction for the breaker.
+            for host, batch in zip(hosts, batches, strict=True):
+                put_back(host, batch)
+            return
+        # An outage: the counts are this process's own from here on. Idle hosts too, at its
+        # start: the fleet's view they last read must not count while out of reach.
+        starts = self._degraded_at is None
+        for host in self._roster.hosts.values() if starts else hosts:
+            isolate(host)
+        if starts and not self._closed:
             self._degraded_at = self._failing_since
             emit_state_change(
                 "state.degraded", backend=self.name, url=self._url_shown, error=_name(error)
