@@ -158,6 +158,8 @@ def _instances(
         "Flaky": testing.Flaky(rate=0.5),
         "Hit": upstream.received("/items")[0],
         "SystemClock": resilient_session.SYSTEM_CLOCK,
+        # Off as soon as made: its state object is what the walk reads.
+        "FastMode": testing.fast(on=False),
     }
     for error in _refusals(harness, url):
         built[type(error).__name__] = error
