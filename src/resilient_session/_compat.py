@@ -60,6 +60,19 @@ def content_read(response: requests.Response) -> bool:
     return bool(getattr(response, "_content_consumed", True))
 
 
+def response_connection(response: Any) -> Any:
+    """The connection a urllib3 ``HTTPResponse`` reads from and releases, or None once it
+    has released it."""
+    return response._connection
+
+
+def detached_socket(raw: Any) -> Any:
+    """The socket a urllib3 response still reads through once http.client detached it from
+    its connection (a ``Connection: close`` response, as its headers end), or None."""
+    socket_io = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+    return getattr(socket_io, "_sock", None)
+
+
 def pool_settings(adapter: HTTPAdapter) -> tuple[int, int, bool]:
     """What ``HTTPAdapter.__init__`` built the adapter's pool manager with (its pickled state,
     from which its ``__setstate__`` rebuilds the manager)."""

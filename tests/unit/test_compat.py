@@ -3,6 +3,8 @@ versions and means what ``_compat`` takes it to mean: the upgrade that changes o
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
@@ -77,3 +79,32 @@ def test_the_connection_hooks_the_watched_pool_overrides_exist():
     _transport/watched.py overrides: a rename would silently unwatch every try."""
     assert callable(HTTPConnectionPool._new_conn)
     assert callable(HTTPConnectionPool._validate_conn)
+
+
+def test_a_urllib3_response_names_its_connection_and_a_detached_socket():
+    """HTTPResponse keeps the connection it releases as _connection; a response http.client
+    detached from its connection still reads through _fp.fp.raw._sock."""
+    import socket
+    from io import BufferedReader
+
+    from urllib3.connection import HTTPConnection
+    from urllib3.response import HTTPResponse
+
+    connection = HTTPConnection("127.0.0.1", 9)
+    response = HTTPResponse(body=b"", preload_content=False, connection=connection)
+    assert _compat.response_connection(response) is connection
+    left, right = socket.socketpair()
+    try:
+        reader = BufferedReader(socket.SocketIO(left, "rb"))
+
+        class _HttpClientResponse:
+            fp = reader
+
+            def read(self, amount: int = -1) -> bytes:
+                return b""
+
+        raw = HTTPResponse(body=cast(Any, _HttpClientResponse()), preload_content=False)
+        assert _compat.detached_socket(raw) is left
+    finally:
+        left.close()
+        right.close()

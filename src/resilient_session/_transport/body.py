@@ -8,7 +8,7 @@ import requests
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
-from resilient_session._compat import content_read, keep_content
+from resilient_session._compat import content_read, detached_socket, keep_content
 from resilient_session._observe.redact import redact_url
 from resilient_session._state.runtime import Runtime
 from resilient_session.errors import DeadlineExceeded
@@ -101,8 +101,7 @@ def _bound_socket(raw: Any, seconds: float) -> None:
     if sock is None:
         # A response that ends its connection (Connection: close) is detached from it as its
         # headers are read, but still reads from the socket through http.client's file.
-        socket_io = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
-        sock = getattr(socket_io, "_sock", None)
+        sock = detached_socket(raw)
     if sock is not None:
         current = sock.gettimeout()
         if current is None or current > seconds:

@@ -27,6 +27,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.response import HTTPResponse
 
+from resilient_session._compat import response_connection
+
 from .watchdog import WATCHDOG, WATCHED, Watch
 
 _current_watch = WATCHED.get
@@ -131,7 +133,7 @@ def _release_watched(response: HTTPResponse) -> None:
     can never fire on a connection another try has taken from the pool.
     """
     del response.release_conn  # urllib3's own from here on
-    conn: Any = response._connection
+    conn: Any = response_connection(response)
     watch = conn._watch if conn is not None else None
     if watch is not None:
         conn._watch = None
