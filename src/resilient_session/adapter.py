@@ -125,7 +125,15 @@ class ResilientAdapter(HTTPAdapter):
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
         call = start_call(request, self._registry, stream, timeout, verify, cert, proxies)
-        return drive(self._chain, Attempt.first(call)).unwrap()
+        # Attempt.first and Outcome.unwrap, inlined for the call that ends with a response of
+        # its own: two frames a call.
+        outcome = drive(
+            self._chain, _new_tuple(Attempt, (call, 1, request, call.timeout, None, None))
+        )
+        response = outcome.response
+        if response is not None and outcome.error is None and outcome.fallback is None:
+            return response
+        return outcome.unwrap()
 
     def _transport(self, attempt: Attempt) -> Outcome:
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""

@@ -29,6 +29,22 @@ def compose(middlewares: Sequence[Middleware], transport: Next) -> Next:
 
 
 def _link(middleware: Middleware, call_next: Next) -> Next:
+    if isinstance(middleware, FunctionType) and middleware.__code__.co_posonlyargcount == 2:
+        # A copy of the stage function whose second parameter defaults to *call_next*: it is
+        # called with the attempt alone, as the link, without a frame of its own in between
+        # (~700 instructions per stage per try, seven stages).
+        linked = FunctionType(
+            middleware.__code__,
+            middleware.__globals__,
+            middleware.__name__,
+            (call_next,),
+            middleware.__closure__,
+        )
+        linked.__qualname__ = middleware.__qualname__
+        linked.__kwdefaults__ = middleware.__kwdefaults__
+        linked.__dict__.update(middleware.__dict__)
+        linked.__wrapped__ = middleware  # type: ignore[attr-defined]
+        return linked
     # A stage that is an object is called through its bound __call__: calling the object
     # itself takes a slower path through the interpreter, once per stage per try.
     stage = middleware if isinstance(middleware, FunctionType) else middleware.__call__

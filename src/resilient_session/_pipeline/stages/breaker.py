@@ -39,9 +39,14 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         breaker.record(permit, TryResult.NEUTRAL)
         raise
     refused = outcome.refused
-    state, transition = breaker.record(
-        permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
+    response = outcome.response
+    # try_result's first row, inlined: one frame less on every healthy try.
+    result = (
+        _SUCCESS
+        if response is not None and response.status_code < 400
+        else try_result(attempt, outcome)
     )
+    state, transition = breaker.record(permit, result, refused is None, refused is _DEADLINE_SPENT)
     if transition is not None:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)

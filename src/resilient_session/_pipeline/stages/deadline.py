@@ -32,7 +32,9 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         if attempt_header is None:
             return call_next(attempt)
         request = with_headers(attempt.request, ((attempt_header, attempt_value(attempt)),))
-        return call_next(attempt.sending(request, attempt.timeout))
+        # Attempt.sending, inlined: it and the generated constructor are two frames a try.
+        sent = (call, attempt.number, request, attempt.timeout, attempt.last_real, attempt.cookies)
+        return call_next(_new_tuple(Attempt, sent))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
         error = DeadlineExceeded(
@@ -99,11 +101,14 @@ def with_headers(
     ``Attempt.next``.
     """
     sent = _new_object(requests.PreparedRequest)
-    sent.__dict__.update(request.__dict__)
+    # The instance dict copied whole rather than filled key by key: ~1,600 instructions less.
+    sent.__dict__ = request.__dict__.copy()
     original: Any = request.headers
     if original is None:
         store: HeaderStore = OrderedDict()
     elif isinstance(original, CaseInsensitiveDict):
+        # OrderedDict.copy, not dict(): a plain dict reads an OrderedDict through its keys
+        # and costs half as much again (about 5,200 instructions against 3,500).
         store = header_store(original).copy()
     else:
         # Any other mapping (a plain dict put on a prepared request), which requests sends as
@@ -116,6 +121,7 @@ def with_headers(
 
 
 _new_object = object.__new__
+_new_tuple = tuple.__new__
 
 
 def attempt_value(attempt: Attempt) -> str:
