@@ -506,9 +506,7 @@ def _stage_ablation(rounds: int, calls: int = 200) -> None:
 
         session = ResilientSession()
         adapter: Any = session.get_adapter(URL)
-        stages = standard_stages(
-            clock=resilient_session.SYSTEM_CLOCK, rng=session._rng, redact=frozenset()
-        )
+        stages = standard_stages()
         transport = adapter._transport
     except (ImportError, AttributeError, TypeError) as exc:
         print(f"\n(stage ablation skipped: {type(exc).__name__}: {exc})")
