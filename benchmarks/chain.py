@@ -62,7 +62,7 @@ STACKS = (
     ("ResilientSession + middleware", "resilient", True),
 )
 # The hang runs the middleware twice: with the default margin_ms, and with one that covers
-# a hop's latency on a loaded machine (docs/benchmarks/chain.md, "Reading the figures").
+# a hop's latency on a loaded machine (docs/methods/chain.md, "Reading the figures").
 HANG_MARGIN_MS = 50
 CALLERS = 4
 DEADLINE = 1.0
@@ -324,7 +324,7 @@ def targets(storms: Sequence[Storm], hangs: Sequence[Hang]) -> list[list[str]]:
             ]
         )
         # The default margin is shown, not judged: whether 10 ms covers a hop depends on the
-        # machine (docs/benchmarks/chain.md, "Reading the figures").
+        # machine (docs/methods/chain.md, "Reading the figures").
         rows.append(
             [
                 h.server,
