@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._observe.hooks import SendHook, TryHook, TryRecord, TrySending
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
@@ -42,8 +43,12 @@ __all__ = [
     "Reason",
     "ResilientAdapter",
     "ResilientSession",
+    "SendHook",
     "SystemClock",
     "ThrottledError",
+    "TryHook",
+    "TryRecord",
+    "TrySending",
     "Verdict",
     "__version__",
     "deadline",
