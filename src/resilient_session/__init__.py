@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from ._observe.hooks import SendHook, TryHook, TryRecord, TrySending
+from ._observe.otel import OpenTelemetryHook
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
@@ -40,6 +41,7 @@ __all__ = [
     "DeadlineExceeded",
     "HostHealth",
     "HostRegistry",
+    "OpenTelemetryHook",
     "Reason",
     "ResilientAdapter",
     "ResilientSession",

@@ -20,6 +20,8 @@ import msgspec
 import pytest
 import requests
 import yaml
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 
 import resilient_session
 from resilient_session import ResilientSession, config, inbound, testing
@@ -140,7 +142,8 @@ def _instances(
     )
     loaded = config.load(_configured(tmp_path))
     spy = _Spy()
-    session = ResilientSession(_configured(tmp_path, backend="redis"), try_hooks=[spy])
+    otel = resilient_session.OpenTelemetryHook(TracerProvider(), MeterProvider())
+    session = ResilientSession(_configured(tmp_path, backend="redis"), try_hooks=[spy, otel])
     assert session.get(url).status_code == 200
     try:
         config.load({"state": {"url": "http://user-S3cret:S3cretPW@x/?token=tok-S3cret"}})
@@ -158,6 +161,7 @@ def _instances(
         "HostHealth": next(iter(health.values())),
         "TryRecord": spy.records[0],
         "TrySending": spy.sending[0],
+        "OpenTelemetryHook": otel,
         "health": health,
         "ConfigError": config_error,
         "WSGIMiddleware": inbound.WSGIMiddleware(lambda environ, start: [], loaded),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
 from resilient_session._observe.hooks import TryHook
+from resilient_session._observe.otel import OpenTelemetryHook, emitter_for
 from resilient_session.clock import SYSTEM_CLOCK, Clock, jitter_source
 from resilient_session.config import Config
 from resilient_session.config.policy import HostPolicy
@@ -180,7 +181,15 @@ class HostRegistry:
         self.config = config if config is not None else Config()
         # Seeded while resilient_session.testing.fast() is on, so its waits repeat.
         rng = rng if rng is not None else jitter_source()
-        self.runtime: Runtime = runtime_for(self.config, clock, rng, try_hooks)
+        hooks = tuple(try_hooks)
+        for hook in hooks:
+            if isinstance(hook, OpenTelemetryHook):
+                hook.watch(self.health)
+        if not any(isinstance(hook, OpenTelemetryHook) for hook in hooks):
+            # Decided once: an SDK configured after this registry is made is not seen by it.
+            emitter = emitter_for(self.health)
+            hooks += (emitter,) if emitter is not None else ()
+        self.runtime: Runtime = runtime_for(self.config, clock, rng, hooks)
         self.backend: StateBackend = open_backend(self.config.state, clock, rng)
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()
