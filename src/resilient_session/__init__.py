@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._observe.hooks import SendHook, TryHook, TryRecord, TrySending
+from ._observe.hooks import SendHook, StateChange, StateHook, TryHook, TryRecord, TrySending
 from ._observe.otel import OpenTelemetryHook
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
@@ -46,6 +46,8 @@ __all__ = [
     "ResilientAdapter",
     "ResilientSession",
     "SendHook",
+    "StateChange",
+    "StateHook",
     "SystemClock",
     "ThrottledError",
     "TryHook",

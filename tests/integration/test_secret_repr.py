@@ -210,6 +210,8 @@ NOT_BUILT = frozenset(
         "Verdict",
         "TryHook",
         "SendHook",
+        "StateHook",
+        "StateChange",
     }
 )
 

@@ -72,3 +72,33 @@ class SendHook(TryHook, Protocol):
     same thread."""
 
     def on_send(self, sending: TrySending, /) -> Iterable[tuple[str, str]]: ...
+
+
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class StateChange(Protocol):
+    """A breaker state change as the hooks and the event see it (the breaker's ``Transition``):
+    neither names a guard, so the per-host state reports through them without a cycle."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def from_state(self) -> _Named: ...
+
+    @property
+    def to_state(self) -> _Named: ...
+
+
+@runtime_checkable
+class StateHook(Protocol):
+    """A hook told of each breaker state change a try of this registry's sessions caused,
+    after the ``breaker.transition`` event (``from_state.value`` to ``to_state.value``)."""
+
+    def on_transition(self, change: StateChange, /) -> None: ...

@@ -10,7 +10,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from resilient_session._observe.hooks import SendHook, TryHook
+from resilient_session._observe.hooks import SendHook, StateHook, TryHook
 from resilient_session._observe.redact import sensitive_names
 from resilient_session.clock import Clock
 from resilient_session.config import Config
@@ -32,6 +32,8 @@ class Runtime:
     hooks: tuple[TryHook, ...] = ()
     # The hooks that also add headers to each try sent (a trace context).
     senders: tuple[SendHook, ...] = ()
+    # The hooks that are also told of breaker state changes.
+    watchers: tuple[StateHook, ...] = ()
 
 
 def runtime_for(
@@ -40,4 +42,6 @@ def runtime_for(
     """The runtime of a registry with *config*, on *clock* and *rng*, telling *hooks*."""
     kept = tuple(hooks)
     senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
-    return Runtime(clock, rng, sensitive_names(config.events.redact_params), kept, senders)
+    watchers = tuple(hook for hook in kept if isinstance(hook, StateHook))
+    names = sensitive_names(config.events.redact_params)
+    return Runtime(clock, rng, names, kept, senders, watchers)

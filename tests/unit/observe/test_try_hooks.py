@@ -14,6 +14,8 @@ from resilient_session import (
     HostRegistry,
     ResilientSession,
     SendHook,
+    StateChange,
+    StateHook,
     TryHook,
     TryRecord,
     TrySending,
@@ -134,3 +136,37 @@ def test_hooks_go_with_the_registry_when_one_is_shared(clock: FakeClock) -> None
     ScriptedTransport(clock, 200).attach(session)
     assert session.get("http://svc.test/a").status_code == 200
     assert [(r.method, r.status) for r in spy.records] == [("GET", 200)]
+
+
+class Watcher(Spy):
+    """A hook that also keeps each breaker state change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes: list[tuple[str, str, int]] = []
+
+    def on_transition(self, change: StateChange, /) -> None:
+        self.changes.append((change.from_state.value, change.to_state.value, change.seq))
+
+
+def test_breaker_changes_reach_a_state_hook_after_the_event(
+    clock: FakeClock, logs: list[MutableMapping[str, Any]]
+) -> None:
+    """Open, half-open, closed: the hook hears each change the breaker.transition events log."""
+    watcher = Watcher()
+    assert isinstance(watcher, StateHook)
+    config = {"defaults": {"breaker": {"failure_threshold": 1, "recovery_timeout": 5}}}
+    registry = _registry(clock, watcher, config)
+    _run(registry, clock, 500)
+    clock.advance(6)
+    _run(registry, clock, 200)
+    logged = [(e["from"], e["to"], e["seq"]) for e in logs if e["event"] == "breaker.transition"]
+    assert (
+        watcher.changes
+        == logged
+        == [
+            ("closed", "open", 1),
+            ("open", "half_open", 2),
+            ("half_open", "closed", 3),
+        ]
+    )
