@@ -3,6 +3,7 @@ histogram and gauges, and a refused try as an event on the caller's span (loopba
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -244,3 +245,32 @@ def test_the_package_import_imports_no_opentelemetry() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_gauges_read_each_hosts_health(otel: Otel) -> None:
+    """Breaker state, throttle chance, limit, in flight and tokens: one point per host each,
+    equal to the session's health, and none once the session is gone."""
+    config = {"defaults": {"limit": {"enabled": True}}}
+    with FlakyUpstream() as up, otel.session(config) as session:
+        assert session.get(up.url("/a")).status_code == 200
+        health = next(iter(session.health().values()))
+        expected = {
+            "resilient_session.breaker.state": 0,
+            "resilient_session.throttle.refusal_chance": health.throttle_probability,
+            "resilient_session.limit": health.limit,
+            "resilient_session.in_flight": 0,
+            "resilient_session.budget.tokens": health.tokens,
+        }
+        seen = {}
+        for name in expected:
+            points = otel.points(name)
+            assert [
+                (p.attributes["server.address"], p.attributes["server.port"]) for p in points
+            ] == [("127.0.0.1", up.port)]
+            seen[name] = points[0].value
+        assert seen == expected
+        assert health.limit is not None
+        assert health.limit > 0
+    del session
+    gc.collect()
+    assert otel.points("resilient_session.budget.tokens") == []
