@@ -12,6 +12,7 @@ from typing import NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "resilient_session"
 PACKAGE = ROOT / "src" / "resilient_session"
 
 # A path from the project root, as prose and commands write it. Not part of a longer path
@@ -95,13 +96,25 @@ def links(doc: Path) -> Iterator[Ref]:
         yield Ref(doc, _line(text, match.start()), target)
 
 
+def telemetry_names() -> frozenset[str]:
+    """The OpenTelemetry attribute, event and instrument names under ``resilient_session.``
+    that the emitter writes: names of telemetry, not modules."""
+    sources = "".join(
+        (SRC / "_observe" / name).read_text(encoding="utf-8")
+        for name in ("otel.py", "otel_metrics.py")
+    )
+    return frozenset(re.findall(r'"(resilient_session\.[\w.]+)"', sources))
+
+
 def dotted_names(doc: Path) -> Iterator[Ref]:
-    """`resilient_session.x.y` in code spans, and what Python blocks import from the package."""
+    """`resilient_session.x.y` in code spans, and what Python blocks import from the package;
+    the emitter's telemetry names aside."""
     text = doc.read_text(encoding="utf-8")
     prose = _without_code_blocks(text)
+    telemetry = telemetry_names()
     for match in _CODE_SPAN.finditer(prose):
         dotted = _DOTTED.match(match.group(1))
-        if dotted:
+        if dotted and dotted.group(0) not in telemetry:
             yield Ref(doc, _line(prose, match.start()), dotted.group(0))
     for block in _FENCE.finditer(text):
         for imp in _IMPORT.finditer(block.group(0)):

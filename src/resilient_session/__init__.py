@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._observe.hooks import SendHook, StateChange, StateHook, TryHook, TryRecord, TrySending
+from ._observe.otel import OpenTelemetryHook
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
@@ -39,11 +41,18 @@ __all__ = [
     "DeadlineExceeded",
     "HostHealth",
     "HostRegistry",
+    "OpenTelemetryHook",
     "Reason",
     "ResilientAdapter",
     "ResilientSession",
+    "SendHook",
+    "StateChange",
+    "StateHook",
     "SystemClock",
     "ThrottledError",
+    "TryHook",
+    "TryRecord",
+    "TrySending",
     "Verdict",
     "__version__",
     "deadline",

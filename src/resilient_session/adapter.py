@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import random
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
+from ._observe.hooks import TryHook
 from ._pipeline.attempt import UNDECIDED, Attempt, Call, Outcome
 from ._pipeline.drive import Next, drive
 from ._pipeline.stages import standard_chain
@@ -44,6 +45,8 @@ class ResilientAdapter(HTTPAdapter):
         registry: per-host state to share, for example with the session that mounts this.
         clock: the source of time; a *registry* handed in brings its own.
         rng: the source of jitter; a *registry* handed in brings its own.
+        try_hooks: told of every try (:class:`resilient_session.TryHook`); a *registry* handed
+            in brings its own.
         **kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``, ...).
     """
 
@@ -54,6 +57,7 @@ class ResilientAdapter(HTTPAdapter):
         registry: HostRegistry | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        try_hooks: Iterable[TryHook] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -62,7 +66,7 @@ class ResilientAdapter(HTTPAdapter):
         self._own_registry: HostRegistry | None = None
         if registry is None:
             # The clock and random source go to the registry alone, which each call carries.
-            registry = HostRegistry(load(config), clock=clock, rng=rng)
+            registry = HostRegistry(load(config), clock=clock, rng=rng, try_hooks=try_hooks)
             self.attach(registry)
             self._own_registry = registry
         else:
@@ -81,8 +85,9 @@ class ResilientAdapter(HTTPAdapter):
             self._own_registry = None
         self._registry = registry
         # The stages are functions and read the registry's runtime from each call: the chain
-        # needs nothing of the registry, but is built here for the unpickled adapter too.
-        self._chain: Next = standard_chain(self._transport)
+        # asks the runtime only whether hooks listen, and is built here for the unpickled
+        # adapter too.
+        self._chain: Next = standard_chain(self._transport, registry.runtime)
 
     def serve(self, session: requests.Session) -> None:
         """Save cookies set by retried responses in *session*'s jar from now on.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import requests
@@ -12,6 +12,7 @@ from requests import Response
 from requests.adapters import BaseAdapter
 
 from ._foreign import Around, is_default, resilient_get_adapter
+from ._observe.hooks import TryHook
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
 from ._verbs import TypedVerbs
@@ -64,6 +65,9 @@ class ResilientSession(TypedVerbs):
         registry: per-host state to share with another session; by default each session
             has its own, and ``close()`` releases it (the redis backend's sync thread). It
             brings its own clock and random source, which then replace *clock* and *rng*.
+        try_hooks: told of every try once its decision is final, after the ``http.try``
+            event (:class:`resilient_session.TryHook`; docs/observability.md). A *registry*
+            handed in brings its own (``HostRegistry(try_hooks=...)``).
         **kwargs: passed on to the next class in the class list, so ``ResilientSession``
             combines with another ``requests.Session`` subclass in either order, for
             example ``class Api(ResilientSession, OAuth2Session)`` built as
@@ -87,17 +91,22 @@ class ResilientSession(TypedVerbs):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         registry: HostRegistry | None = None,
+        try_hooks: Iterable[TryHook] = (),
         **kwargs: Any,
     ) -> None:
         # The rest belong to the next class in the list (OAuth2Session's client_id, token, ...).
         super().__init__(**kwargs)
         if registry is not None and config is not None:
             raise ValueError("pass config or registry, not both: a registry carries its config")
+        if registry is not None and try_hooks:
+            raise ValueError("pass try_hooks to the registry: a registry carries its hooks")
         self.config: Config = registry.config if registry is not None else load(config)
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
         self.registry = (
-            registry if registry is not None else HostRegistry(self.config, clock=clock, rng=rng)
+            registry
+            if registry is not None
+            else HostRegistry(self.config, clock=clock, rng=rng, try_hooks=try_hooks)
         )
         # The registry owns them; kept here only for pickling and for ``deadline=``'s instant.
         runtime = self.registry.runtime

@@ -20,6 +20,8 @@ import msgspec
 import pytest
 import requests
 import yaml
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 
 import resilient_session
 from resilient_session import ResilientSession, config, inbound, testing
@@ -115,6 +117,21 @@ async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:
     """An ASGI application that is never called: the middleware is built, not served."""
 
 
+class _Spy:
+    """A send hook that keeps what it is told: the records scanned below."""
+
+    def __init__(self) -> None:
+        self.records: list[resilient_session.TryRecord] = []
+        self.sending: list[resilient_session.TrySending] = []
+
+    def on_send(self, sending: resilient_session.TrySending, /) -> list[tuple[str, str]]:
+        self.sending.append(sending)
+        return []
+
+    def on_try(self, record: resilient_session.TryRecord, /) -> None:
+        self.records.append(record)
+
+
 @contextmanager
 def _instances(
     tmp_path: Path, harness: Callable[..., Any], upstream: FlakyUpstream
@@ -124,7 +141,9 @@ def _instances(
         "http://", "http://user-S3cret:S3cretPW@"
     )
     loaded = config.load(_configured(tmp_path))
-    session = ResilientSession(_configured(tmp_path, backend="redis"))
+    spy = _Spy()
+    otel = resilient_session.OpenTelemetryHook(TracerProvider(), MeterProvider())
+    session = ResilientSession(_configured(tmp_path, backend="redis"), try_hooks=[spy, otel])
     assert session.get(url).status_code == 200
     try:
         config.load({"state": {"url": "http://user-S3cret:S3cretPW@x/?token=tok-S3cret"}})
@@ -140,6 +159,9 @@ def _instances(
         "HostRegistry": session.registry,
         "ResilientAdapter": session.get_adapter(url),
         "HostHealth": next(iter(health.values())),
+        "TryRecord": spy.records[0],
+        "TrySending": spy.sending[0],
+        "OpenTelemetryHook": otel,
         "health": health,
         "ConfigError": config_error,
         "WSGIMiddleware": inbound.WSGIMiddleware(lambda environ, start: [], loaded),
@@ -180,7 +202,18 @@ def _instances(
 
 # Classes with no instance of their own to show: a protocol, and the enums (whose members are
 # scanned as plain values).
-NOT_BUILT = frozenset({"Clock", "BreakerState", "Reason", "Verdict"})
+NOT_BUILT = frozenset(
+    {
+        "Clock",
+        "BreakerState",
+        "Reason",
+        "Verdict",
+        "TryHook",
+        "SendHook",
+        "StateHook",
+        "StateChange",
+    }
+)
 
 
 def test_no_public_object_shows_a_secret(tmp_path, harness):

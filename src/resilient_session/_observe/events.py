@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import structlog
+
+from .hooks import StateChange
 
 LOGGER_NAME = "resilient_session"
 
@@ -86,28 +88,6 @@ def _resolve(config: dict[str, Any]) -> _Resolved:
     # A copy of the processors, of their own type: a tuple stays a tuple and equal.
     kept = {**config, "processors": copy.copy(config["processors"])}
     return _Resolved(kept, logger, info, warning, is_enabled_for)
-
-
-class _Named(Protocol):
-    @property
-    def value(self) -> str: ...
-
-
-class StateChange(Protocol):
-    """A breaker state change as the event needs it (the breaker's ``Transition``): the events
-    name no guard, so the per-host state can report through them without a cycle."""
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def from_state(self) -> _Named: ...
-
-    @property
-    def to_state(self) -> _Named: ...
 
 
 def emit_transition(transition: StateChange) -> None:

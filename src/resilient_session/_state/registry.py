@@ -7,9 +7,12 @@ import random
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
+from resilient_session._observe.hooks import TryHook
+from resilient_session._observe.otel import OpenTelemetryHook, emitter_for
 from resilient_session.clock import SYSTEM_CLOCK, Clock, jitter_source
 from resilient_session.config import Config
 from resilient_session.config.policy import HostPolicy
@@ -160,7 +163,8 @@ class HostRegistry:
     Two sessions share breakers and budgets only when handed the same registry; with the
     redis backend (``state.backend``), every registry on the same Redis and prefix shares them.
     The registry also owns what every try runs on (``runtime``: *clock*, *rng* and the names
-    ``events.redact_params`` adds to the redacted ones), so each call it serves carries them.
+    ``events.redact_params`` adds to the redacted ones, and the *try_hooks* told of every
+    try), so each call it serves carries them.
 
     Raises:
         ConfigError: the ``state:`` section selects a backend that cannot be used.
@@ -172,11 +176,20 @@ class HostRegistry:
         *,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        try_hooks: Iterable[TryHook] = (),
     ) -> None:
         self.config = config if config is not None else Config()
         # Seeded while resilient_session.testing.fast() is on, so its waits repeat.
         rng = rng if rng is not None else jitter_source()
-        self.runtime: Runtime = runtime_for(self.config, clock, rng)
+        hooks = tuple(try_hooks)
+        for hook in hooks:
+            if isinstance(hook, OpenTelemetryHook):
+                hook.watch(self.health)
+        if not any(isinstance(hook, OpenTelemetryHook) for hook in hooks):
+            # Decided once: an SDK configured after this registry is made is not seen by it.
+            emitter = emitter_for(self.health)
+            hooks += (emitter,) if emitter is not None else ()
+        self.runtime: Runtime = runtime_for(self.config, clock, rng, hooks)
         self.backend: StateBackend = open_backend(self.config.state, clock, rng)
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()

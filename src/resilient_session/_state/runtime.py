@@ -7,8 +7,10 @@ call (``Call.runtime``): the stages read it there instead of each holding its ow
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from resilient_session._observe.hooks import SendHook, StateHook, TryHook
 from resilient_session._observe.redact import sensitive_names
 from resilient_session.clock import Clock
 from resilient_session.config import Config
@@ -25,8 +27,21 @@ class Runtime:
     rng: random.Random
     # The query and path parameters hidden wherever a URL or an error's text is shown.
     redact: frozenset[str]
+    # Told of every try after the ``http.try`` event (``_observe/hooks.py``); empty by default,
+    # so a try pays for no record unless someone listens.
+    hooks: tuple[TryHook, ...] = ()
+    # The hooks that also add headers to each try sent (a trace context).
+    senders: tuple[SendHook, ...] = ()
+    # The hooks that are also told of breaker state changes.
+    watchers: tuple[StateHook, ...] = ()
 
 
-def runtime_for(config: Config, clock: Clock, rng: random.Random) -> Runtime:
-    """The runtime of a registry with *config*, on *clock* and *rng*."""
-    return Runtime(clock, rng, sensitive_names(config.events.redact_params))
+def runtime_for(
+    config: Config, clock: Clock, rng: random.Random, hooks: Iterable[TryHook] = ()
+) -> Runtime:
+    """The runtime of a registry with *config*, on *clock* and *rng*, telling *hooks*."""
+    kept = tuple(hooks)
+    senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
+    watchers = tuple(hook for hook in kept if isinstance(hook, StateHook))
+    names = sensitive_names(config.events.redact_params)
+    return Runtime(clock, rng, names, kept, senders, watchers)

@@ -1,4 +1,5 @@
-"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline.
+"""The stages, outermost first: events > budget > decide > breaker > throttle > limit > deadline,
+and innermost the send stage when a hook adds headers to each try sent.
 
 Each is a plain function: what a stage keeps lives in the host's state (``call.state``) and
 what it runs on in the call's runtime (``call.runtime``), so none holds anything of its own.
@@ -6,24 +7,32 @@ what it runs on in the call's runtime (``call.runtime``), so none holds anything
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from resilient_session._pipeline.drive import Middleware, Next, compose
 
 from .breaker import guard_with_breaker
 from .budget import spend_budget
 from .deadline import enforce_deadline
 from .decide import decide_tries
-from .events import emit_events
+from .events import emit_events, emit_events_and_tell
 from .limit import limit_concurrency
+from .send import tell_senders
 from .throttle import throttle_tries
+
+if TYPE_CHECKING:
+    from resilient_session._state.runtime import Runtime
 
 __all__ = ["standard_chain", "standard_stages"]
 
 
-def standard_stages() -> list[Middleware]:
+def standard_stages(*, hooks: bool = False, senders: bool = False) -> list[Middleware]:
     """The stages in nesting order; the total deadline spans every try, the per-try timeout
-    is innermost, and the breaker sees each try (Polly's standard pipeline, gRPC)."""
-    return [
-        emit_events,
+    is innermost, and the breaker sees each try (Polly's standard pipeline, gRPC). With
+    *hooks*, the events stage also tells the registry's try hooks; with *senders*, the send
+    stage goes inside them all. Chosen when the chain is built, so no try asks."""
+    stages: list[Middleware] = [
+        emit_events_and_tell if hooks else emit_events,
         spend_budget,
         decide_tries,
         guard_with_breaker,
@@ -31,8 +40,13 @@ def standard_stages() -> list[Middleware]:
         limit_concurrency,
         enforce_deadline,
     ]
+    if senders:
+        stages.append(tell_senders)
+    return stages
 
 
-def standard_chain(transport: Next) -> Next:
-    """The standard stages composed around *transport*."""
-    return compose(standard_stages(), transport)
+def standard_chain(transport: Next, runtime: Runtime | None = None) -> Next:
+    """The standard stages composed around *transport*, telling *runtime*'s hooks if any."""
+    hooks = runtime is not None and bool(runtime.hooks)
+    senders = runtime is not None and bool(runtime.senders)
+    return compose(standard_stages(hooks=hooks, senders=senders), transport)

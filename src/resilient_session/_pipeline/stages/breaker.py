@@ -6,7 +6,7 @@ from resilient_session._observe.events import emit_transition
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
-from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.breaker import BreakerState, Transition, TryResult
 from resilient_session.errors import CircuitOpenError
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
@@ -20,7 +20,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     breaker = attempt.call.state.breaker
     permit, opened_to_probe = breaker.closed_admission or breaker.allow()
     if opened_to_probe is not None:
-        emit_transition(opened_to_probe)
+        report(attempt, opened_to_probe)
     if permit is None:
         error = CircuitOpenError(
             f"circuit breaker for {breaker.host} is open; the call was not sent",
@@ -50,8 +50,15 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     if transition is not None:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
-        emit_transition(transition)
+        report(attempt, transition)
     return outcome.with_breaker(state)
+
+
+def report(attempt: Attempt, transition: Transition) -> None:
+    """The ``breaker.transition`` event, then each hook that watches state changes."""
+    emit_transition(transition)
+    for watcher in attempt.call.runtime.watchers:
+        watcher.on_transition(transition)
 
 
 def reset_throttle(attempt: Attempt) -> None:

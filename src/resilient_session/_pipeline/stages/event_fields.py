@@ -1,32 +1,43 @@
-"""The fields of the ``http.try`` event, read from a finished try: beside the events stage, so
-the events themselves (``_observe/events.py``) name neither the pipeline nor the state."""
+"""The record of a finished try (the ``http.try`` event's fields and more), read from the try:
+beside the events stage, so the hooks themselves (``_observe/hooks.py``) name neither the
+pipeline nor the state."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from resilient_session._observe.hooks import TryRecord
 from resilient_session._observe.redact import redact_url
 from resilient_session._pipeline.attempt import Attempt, Outcome
 
+_new_tuple = tuple.__new__
 
-def try_fields(
-    attempt: Attempt, outcome: Outcome, now: float, names: frozenset[str]
-) -> dict[str, Any]:
-    """The fields of the ``http.try`` event for *outcome*."""
+
+def try_record(
+    attempt: Attempt, outcome: Outcome, started: float, now: float, names: frozenset[str]
+) -> TryRecord:
+    """What every hook is told of *outcome*, which started at *started* and ended *now*."""
     call = attempt.call
     decision = outcome.decision
     error = outcome.error
-    return {
-        "method": call.method,
-        "url": redact_url(call.request.url or "", names),
-        "host": call.state.key,
-        "attempt": attempt.number,
-        "status": outcome.status,
-        "error": type(error).__name__ if error is not None else None,
-        "wait": round(decision.wait, 6),
-        "total": round(now - call.started_at, 6),
-        # _value_ is the member's own attribute; .value goes through a descriptor each time.
-        "decision": decision.verdict._value_,
-        "reason": decision.reason._value_,
-        "breaker": outcome.breaker._value_ if outcome.breaker is not None else None,
-    }
+    refused = outcome.refused
+    # Positional, in the fields' declared order: built once per try a hook listens to.
+    return _new_tuple(
+        TryRecord,
+        (
+            call.method,
+            redact_url(call.request.url or "", names),
+            call.state.key,
+            attempt.number,
+            outcome.status,
+            type(error).__name__ if error is not None else None,
+            round(decision.wait, 6),
+            round(now - call.started_at, 6),
+            # _value_ is the member's own attribute; .value goes through a descriptor each time.
+            decision.verdict._value_,
+            decision.reason._value_,
+            outcome.breaker._value_ if outcome.breaker is not None else None,
+            False,
+            started,
+            now,
+            refused._value_ if refused is not None else None,
+        ),
+    )

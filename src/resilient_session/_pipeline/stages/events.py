@@ -1,4 +1,5 @@
-"""The events stage: exactly one ``http.try`` event per try, carrying its final decision."""
+"""The events stage: exactly one ``http.try`` event per try, carrying its final decision, and
+the same try told to every hook on the seam (``_observe/hooks.py``)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,35 @@ from resilient_session._observe.events import logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next
 
-from .event_fields import try_fields
+from .event_fields import try_record
 
 _INFO = logging.INFO
 
 
 def emit_events(attempt: Attempt, call_next: Next, /) -> Outcome:
-    """Outermost, so the event sees every inner stage's word on the try."""
+    """Outermost, so the event sees every inner stage's word on the try. The stage of a
+    chain whose registry has no hooks: a try no one logs costs no record."""
     outcome = call_next(attempt)
     logger = logger_for(_INFO)
     if logger is not None:
         runtime = attempt.call.runtime
         now = runtime.clock.monotonic()
-        logger.info("http.try", **try_fields(attempt, outcome, now, runtime.redact))
+        record = try_record(attempt, outcome, now, now, runtime.redact)
+        logger.info("http.try", **record.event_fields())
+    return outcome
+
+
+def emit_events_and_tell(attempt: Attempt, call_next: Next, /) -> Outcome:
+    """As :func:`emit_events`, then each of the registry's hooks is told the same try, with
+    its start and end."""
+    runtime = attempt.call.runtime
+    clock = runtime.clock
+    started = clock.monotonic()
+    outcome = call_next(attempt)
+    record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact)
+    logger = logger_for(_INFO)
+    if logger is not None:
+        logger.info("http.try", **record.event_fields())
+    for hook in runtime.hooks:
+        hook.on_try(record)
     return outcome

@@ -1,0 +1,104 @@
+"""The per-try seam: what a finished try was, and the hooks that are told.
+
+The ``http.try`` event is the first user of this seam, the OpenTelemetry emitter
+(``_observe/otel.py``) another, and a user's own hook (a Prometheus client, a test spy) is
+one more: each is handed the same frozen :class:`TryRecord` once per try.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class TryRecord(NamedTuple):
+    """One finished try, sent or refused locally, as every hook sees it.
+
+    The first eleven fields are the ``http.try`` event's, in its order and with its values.
+    """
+
+    method: str
+    # Redacted as the events redact it: no secret query value, no userinfo.
+    url: str
+    # ``scheme://host:port``, the key of the host's state.
+    host: str
+    attempt: int
+    status: int | None
+    # The class name of the exception the try ended with, if any.
+    error: str | None
+    wait: float
+    # Seconds since the call began, on the session's clock.
+    total: float
+    decision: str
+    reason: str
+    breaker: str | None
+    hedge: bool
+    # The try's start and end on the session's clock (``monotonic``).
+    started: float
+    ended: float
+    # Set when the try was refused locally and never sent: the reason that refused it
+    # (``breaker_open``, ``throttled``, ``concurrency_limit``, ``deadline_spent``).
+    refused: str | None
+
+    def event_fields(self) -> dict[str, object]:
+        """The fields of the ``http.try`` event."""
+        return dict(zip(_EVENT_FIELDS, self, strict=False))
+
+
+_EVENT_FIELDS = TryRecord._fields[:11]
+
+
+class TrySending(NamedTuple):
+    """A try about to leave: what a :class:`SendHook` can name in the headers it adds."""
+
+    method: str
+    url: str
+    host: str
+    attempt: int
+
+
+@runtime_checkable
+class TryHook(Protocol):
+    """Told of every try once its decision is final; must not raise, and runs on the thread
+    of the call, so it should be quick."""
+
+    def on_try(self, record: TryRecord, /) -> None: ...
+
+
+@runtime_checkable
+class SendHook(TryHook, Protocol):
+    """A hook that also sees each try just before it is sent, and may add headers to it (a
+    trace context): only tries that leave reach ``on_send``, and its ``on_try`` follows on the
+    same thread."""
+
+    def on_send(self, sending: TrySending, /) -> Iterable[tuple[str, str]]: ...
+
+
+class _Named(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class StateChange(Protocol):
+    """A breaker state change as the hooks and the event see it (the breaker's ``Transition``):
+    neither names a guard, so the per-host state reports through them without a cycle."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def from_state(self) -> _Named: ...
+
+    @property
+    def to_state(self) -> _Named: ...
+
+
+@runtime_checkable
+class StateHook(Protocol):
+    """A hook told of each breaker state change a try of this registry's sessions caused,
+    after the ``breaker.transition`` event (``from_state.value`` to ``to_state.value``)."""
+
+    def on_transition(self, change: StateChange, /) -> None: ...

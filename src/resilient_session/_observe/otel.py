@@ -1,0 +1,158 @@
+"""The OpenTelemetry emitter: one CLIENT span per try sent, the try duration histogram, the
+per-host gauges and the refused-try counter, all through the per-try hook seam.
+
+Nothing here imports OpenTelemetry until a registry asks for the emitter: without
+``opentelemetry-api``, or with it and no SDK configured (the API's own no-op providers), the
+registry gets no emitter and its tries pay nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from .hooks import TryRecord, TrySending
+from .otel_metrics import SCOPE, HealthSource, instruments_for, server_of
+
+# The guard behind each refusal reason, for the span event and the counter.
+GUARDS = {
+    "breaker_open": "breaker",
+    "throttled": "throttle",
+    "concurrency_limit": "limit",
+    "deadline_spent": "deadline",
+}
+
+
+def _is_api_default(provider: object) -> bool:
+    # The API's own providers (no-op, or the proxy that stays no-op until an SDK is set) are
+    # defined in the API's modules; any other provider records something.
+    return type(provider).__module__.startswith(("opentelemetry.trace", "opentelemetry.metrics"))
+
+
+def configured_providers() -> tuple[Any, Any] | None:
+    """The global tracer and meter providers when OpenTelemetry imports and at least one of
+    them is an SDK's (each other one as None); None otherwise."""
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError:
+        return None
+    tracer_provider: Any = trace.get_tracer_provider()
+    meter_provider: Any = metrics.get_meter_provider()
+    tracer_provider = None if _is_api_default(tracer_provider) else tracer_provider
+    meter_provider = None if _is_api_default(meter_provider) else meter_provider
+    if tracer_provider is None and meter_provider is None:
+        return None
+    return tracer_provider, meter_provider
+
+
+class OpenTelemetryHook:
+    """Spans and metrics for every try, on the given providers (the global ones by default).
+
+    A registry adds one on its own when the application has configured an OpenTelemetry SDK
+    before the registry is made; pass one in ``try_hooks`` to choose the providers.
+    """
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        from opentelemetry import metrics, trace
+
+        tracer_provider = tracer_provider or trace.get_tracer_provider()
+        meter_provider = meter_provider or metrics.get_meter_provider()
+        self._tracer = tracer_provider.get_tracer(SCOPE)
+        self._instruments = instruments_for(meter_provider)
+        self._local = threading.local()
+
+    def watch(self, health: HealthSource) -> None:
+        """Report the per-host gauges of the registry behind *health* (held weakly by it)."""
+        self._instruments.watch(health)
+
+    def on_send(self, sending: TrySending, /) -> Iterator[tuple[str, str]]:
+        from opentelemetry.propagate import inject
+        from opentelemetry.trace import SpanKind, set_span_in_context
+
+        address, port = server_of(sending.host)
+        attributes: dict[str, Any] = {
+            "http.request.method": sending.method,
+            "url.full": sending.url,
+            "server.address": address,
+            "server.port": port,
+        }
+        if sending.attempt > 1:
+            attributes["http.request.resend_count"] = sending.attempt - 1
+        span = self._tracer.start_span(sending.method, kind=SpanKind.CLIENT, attributes=attributes)
+        self._local.pending = (span, time.perf_counter())
+        carrier: dict[str, str] = {}
+        # The configured propagator, with this try's span as the context it names.
+        inject(carrier, context=set_span_in_context(span))
+        return iter(carrier.items())
+
+    def on_try(self, record: TryRecord, /) -> None:
+        pending = getattr(self._local, "pending", None)
+        self._local.pending = None
+        address, port = server_of(record.host)
+        if record.refused is not None:
+            self._refused(record, address, port)
+            return
+        if pending is None:  # a try sent around the send stage: nothing was started for it
+            return
+        span, sent_at = pending
+        duration = time.perf_counter() - sent_at
+        attributes: dict[str, Any] = {
+            "http.request.method": record.method,
+            "server.address": address,
+            "server.port": port,
+        }
+        if record.status is not None:
+            attributes["http.response.status_code"] = record.status
+        if record.error is not None:
+            attributes["error.type"] = record.error
+        elif record.status is not None and record.status >= 400:
+            attributes["error.type"] = str(record.status)
+        self._instruments.duration.record(duration, attributes)
+        span.set_attributes(attributes)
+        span.set_attributes(
+            {
+                "resilient_session.decision": record.decision,
+                "resilient_session.reason": record.reason,
+                "resilient_session.wait": record.wait,
+            }
+        )
+        if "error.type" in attributes:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+    def _refused(self, record: TryRecord, address: str, port: int) -> None:
+        from opentelemetry import trace
+
+        guard = GUARDS.get(record.refused or "", record.refused or "")
+        self._instruments.refused.add(
+            1,
+            {"resilient_session.guard": guard, "server.address": address, "server.port": port},
+        )
+        # The try sent nothing, so it is no client span: an event on the call's own span.
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                "resilient_session.try_refused",
+                {
+                    "resilient_session.guard": guard,
+                    "resilient_session.reason": record.reason,
+                    "resilient_session.attempt": record.attempt,
+                    "http.request.method": record.method,
+                    "server.address": address,
+                    "server.port": port,
+                },
+            )
+
+
+def emitter_for(health: HealthSource) -> OpenTelemetryHook | None:
+    """The emitter on the global providers, watching *health*, when an SDK is configured."""
+    providers = configured_providers()
+    if providers is None:
+        return None
+    hook = OpenTelemetryHook(*providers)
+    hook.watch(health)
+    return hook

@@ -1,0 +1,30 @@
+"""The send stage: innermost, present only when a hook adds headers to the tries it sees leave
+(a trace context), so a chain without such a hook pays nothing for it."""
+
+from __future__ import annotations
+
+from resilient_session._observe.hooks import TrySending
+from resilient_session._observe.redact import redact_url
+from resilient_session._pipeline.attempt import Attempt, Outcome
+from resilient_session._pipeline.drive import Next
+
+from .deadline import with_headers
+
+
+def tell_senders(attempt: Attempt, call_next: Next, /) -> Outcome:
+    """Inside every guard, so only a try that leaves is seen; its headers go on this try's own
+    copy of the request, never on the caller's."""
+    call = attempt.call
+    runtime = call.runtime
+    sending = TrySending(
+        call.method,
+        redact_url(call.request.url or "", runtime.redact),
+        call.state.key,
+        attempt.number,
+    )
+    headers: list[tuple[str, str]] = []
+    for sender in runtime.senders:
+        headers.extend(sender.on_send(sending))
+    if headers:
+        attempt = attempt.sending(with_headers(attempt.request, headers), attempt.timeout)
+    return call_next(attempt)

@@ -1,0 +1,276 @@
+"""Every try visible: one CLIENT span per try sent, its traceparent on the wire, the duration
+histogram and gauges, and a refused try as an event on the caller's span (loopback, real SDK)."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import requests
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from resilient_session import CircuitOpenError, OpenTelemetryHook, ResilientSession
+from resilient_session.testing import FlakyUpstream, Reply, fast
+
+pytestmark = pytest.mark.integration
+
+SECRET = "s3cr3t-t0ken"  # noqa: S105 - planted, to be found nowhere
+
+
+class Otel:
+    """An SDK of the test's own: spans kept in memory, metrics read on demand."""
+
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.tracer = self.tracer_provider.get_tracer("test")
+
+    def session(self, config: dict[str, Any] | None = None) -> ResilientSession:
+        hook = OpenTelemetryHook(self.tracer_provider, self.meter_provider)
+        return ResilientSession(config, try_hooks=[hook])
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.spans.get_finished_spans())
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return [
+            point
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == name
+            for point in metric.data.data_points
+        ]
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    with fast():
+        yield Otel()
+
+
+def _traceparent(headers: Sequence[tuple[str, str]]) -> str:
+    values = [value for name, value in headers if name.lower() == "traceparent"]
+    assert len(values) == 1, headers
+    return values[0]
+
+
+def test_three_tries_are_three_sibling_client_spans(otel: Otel) -> None:
+    """503, 503, 200 under a parent: three GET spans under it, their ids on the wire."""
+    with FlakyUpstream() as up:
+        up.script("/items", Reply(503), Reply(503), Reply(200, body=b"ok"))
+        url = up.url("/items").replace("http://", f"http://user:{SECRET}@") + f"?token={SECRET}"
+        with otel.session() as session, otel.tracer.start_as_current_span("parent") as parent:
+            assert session.get(url).status_code == 200
+        received = up.received("/items")
+        port = up.port
+    spans = [s for s in otel.finished() if s.name != "parent"]
+    assert [s.name for s in spans] == ["GET", "GET", "GET"]
+    assert all(s.kind is SpanKind.CLIENT for s in spans)
+    parent_id = parent.get_span_context().span_id
+    assert [s.parent.span_id if s.parent else None for s in spans] == [parent_id] * 3
+    attributes = [dict(s.attributes or {}) for s in spans]
+    assert [a["http.response.status_code"] for a in attributes] == [503, 503, 200]
+    assert [a.get("error.type") for a in attributes] == ["503", "503", None]
+    assert [a.get("http.request.resend_count") for a in attributes] == [None, 1, 2]
+    assert [a["resilient_session.decision"] for a in attributes] == ["retry", "retry", "success"]
+    assert [a["resilient_session.reason"] for a in attributes] == ["overload", "overload", "ok"]
+    assert attributes[2]["resilient_session.wait"] == 0.0
+    assert {(a["server.address"], a["server.port"]) for a in attributes} == {("127.0.0.1", port)}
+    assert attributes[0]["url.full"] == f"http://127.0.0.1:{port}/items?token=REDACTED"
+    assert not any(SECRET in str(v) for a in attributes for v in a.values())
+    # version-trace id-span id-flags; the flags say "sampled" (and, lately, "random").
+    assert [_traceparent(hit.headers).split("-")[1:3] for hit in received] == [
+        [f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"] for s in spans
+    ]
+    durations = otel.points("http.client.request.duration")
+    assert sum(p.count for p in durations) == 3
+    assert sorted((p.attributes.get("http.response.status_code"), p.count) for p in durations) == [
+        (200, 1),
+        (503, 2),
+    ]
+
+
+def test_a_refused_connection_is_a_span_with_its_error_type(otel: Otel) -> None:
+    """A port nobody listens on: each try is a span whose error.type names the exception."""
+    with FlakyUpstream() as up:
+        url = up.url("/gone")
+    config = {"defaults": {"retry": {"max_attempts": 2}}}
+    with otel.session(config) as session, pytest.raises(requests.ConnectionError) as raised:
+        session.get(url)
+    spans = otel.finished()
+    assert len(spans) == 2
+    assert {dict(s.attributes or {}).get("error.type") for s in spans} == {
+        type(raised.value).__name__
+    }
+    assert all("http.response.status_code" not in (s.attributes or {}) for s in spans)
+
+
+def test_a_refused_try_is_an_event_on_the_callers_span(otel: Otel) -> None:
+    """With the breaker open, the call sends nothing: no client span, one event on the parent."""
+    config = {"defaults": {"breaker": {"failure_threshold": 1}, "retry": {"max_attempts": 1}}}
+    with FlakyUpstream() as up:
+        up.script("/down", Reply(500))
+        with otel.session(config) as session:
+            assert session.get(up.url("/down")).status_code == 500
+            with otel.tracer.start_as_current_span("parent"), pytest.raises(CircuitOpenError):
+                session.get(up.url("/down"))
+        assert len(up.received("/down")) == 1
+    spans = otel.finished()
+    assert [s.name for s in spans] == ["GET", "parent"]
+    events = list(spans[1].events)
+    assert [e.name for e in events] == ["resilient_session.try_refused"]
+    assert dict(events[0].attributes or {})["resilient_session.guard"] == "breaker"
+    assert dict(events[0].attributes or {})["resilient_session.reason"] == "breaker_open"
+    refused = otel.points("resilient_session.tries.refused")
+    assert [(p.attributes["resilient_session.guard"], p.value) for p in refused] == [("breaker", 1)]
+    breaker = otel.points("resilient_session.breaker.state")
+    assert [p.value for p in breaker] == [1]
+
+
+def test_under_the_requests_instrumentation_the_call_span_parents_the_tries(otel: Otel) -> None:
+    """The instrumentation's span for the call and our three tries: four spans, one trace."""
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+    instrumentor = RequestsInstrumentor()
+    instrumentor.instrument(tracer_provider=otel.tracer_provider)
+    try:
+        with FlakyUpstream() as up:
+            up.script("/items", Reply(503), Reply(503), Reply(200, body=b"ok"))
+            with otel.session() as session:
+                assert session.get(up.url("/items")).status_code == 200
+            received = up.received("/items")
+    finally:
+        instrumentor.uninstrument()
+    spans = otel.finished()
+    assert len(spans) == 4
+    call = spans[-1]
+    tries = spans[:-1]
+    assert call.parent is None
+    assert [s.parent.span_id if s.parent else None for s in tries] == [call.context.span_id] * 3
+    assert [_traceparent(hit.headers).split("-")[2] for hit in received] == [
+        f"{s.context.span_id:016x}" for s in tries
+    ]
+
+
+_NOTHING_CHANGES = """
+import sys
+{block}
+import structlog
+from resilient_session import ResilientSession
+from resilient_session.testing import FlakyUpstream, Reply, fast
+with fast(), FlakyUpstream() as up:
+    up.script("/items", Reply(503), Reply(200))
+    session = ResilientSession()
+    assert session.get(up.url("/items")).status_code == 200
+    hooks = session.registry.runtime.hooks
+    headers = [name.lower() for name, _ in up.received("/items")[1].headers]
+print(len(hooks), "traceparent" in headers, "opentelemetry.sdk" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ("", "0 False False"),
+        ("sys.modules['opentelemetry'] = None", "0 False False"),
+    ],
+    ids=["api-without-sdk", "no-api"],
+)
+def test_without_an_sdk_nothing_changes(block: str, expected: str) -> None:
+    """The API alone, or no API at all: no hook, no header, no SDK loaded."""
+    done = subprocess.run(  # noqa: S603 - this interpreter, the test's own code
+        [sys.executable, "-c", _NOTHING_CHANGES.format(block=block)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == expected
+
+
+def test_a_configured_sdk_is_found_by_a_new_session() -> None:
+    """With global providers set before the session is made, its tries become spans."""
+    code = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+from resilient_session import ResilientSession
+from resilient_session.testing import FlakyUpstream, Reply, fast
+with fast(), FlakyUpstream() as up:
+    up.script("/items", Reply(503), Reply(200))
+    ResilientSession().get(up.url("/items"))
+print([s.name for s in exporter.get_finished_spans()])
+"""
+    done = subprocess.run(  # noqa: S603 - this interpreter, the test's own code
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['GET', 'GET']"
+
+
+def test_the_package_import_imports_no_opentelemetry() -> None:
+    """Importing the package imports no OpenTelemetry module at all."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, resilient_session; "
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_gauges_read_each_hosts_health(otel: Otel) -> None:
+    """Breaker state, throttle chance, limit, in flight and tokens: one point per host each,
+    equal to the session's health, and none once the session is gone."""
+    config = {"defaults": {"limit": {"enabled": True}}}
+    with FlakyUpstream() as up, otel.session(config) as session:
+        assert session.get(up.url("/a")).status_code == 200
+        health = next(iter(session.health().values()))
+        expected = {
+            "resilient_session.breaker.state": 0,
+            "resilient_session.throttle.refusal_chance": health.throttle_probability,
+            "resilient_session.limit": health.limit,
+            "resilient_session.in_flight": 0,
+            "resilient_session.budget.tokens": health.tokens,
+        }
+        seen = {}
+        for name in expected:
+            points = otel.points(name)
+            assert [
+                (p.attributes["server.address"], p.attributes["server.port"]) for p in points
+            ] == [("127.0.0.1", up.port)]
+            seen[name] = points[0].value
+        assert seen == expected
+        assert health.limit is not None
+        assert health.limit > 0
+    del session
+    gc.collect()
+    assert otel.points("resilient_session.budget.tokens") == []
