@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._observe.hooks import SendHook, StateChange, StateHook, TryHook, TryRecord, TrySending
+from ._observe.hooks import (
+    BackendChange,
+    BackendHook,
+    SendHook,
+    StateChange,
+    StateHook,
+    TryHook,
+    TryRecord,
+    TrySending,
+)
 from ._observe.otel import OpenTelemetryHook
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
@@ -32,6 +41,8 @@ except PackageNotFoundError:  # run from a source tree that was never installed
 __all__ = [
     "SYSTEM_CLOCK",
     "UNSET",
+    "BackendChange",
+    "BackendHook",
     "BreakerState",
     "CircuitOpenError",
     "Clock",

@@ -118,11 +118,18 @@ async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:
 
 
 class _Spy:
-    """A send hook that keeps what it is told: the records scanned below."""
+    """A send hook and backend hook that keeps what it is told: the records scanned below."""
 
     def __init__(self) -> None:
         self.records: list[resilient_session.TryRecord] = []
         self.sending: list[resilient_session.TrySending] = []
+        self.states: list[resilient_session.BackendChange] = []
+
+    def on_transition(self, change: resilient_session.StateChange, /) -> None:
+        """Breaker changes are not scanned: the host key holds no secret."""
+
+    def on_state(self, change: resilient_session.BackendChange, /) -> None:
+        self.states.append(change)
 
     def on_send(self, sending: resilient_session.TrySending, /) -> list[tuple[str, str]]:
         self.sending.append(sending)
@@ -149,6 +156,11 @@ def _instances(
         config.load({"state": {"url": "http://user-S3cret:S3cretPW@x/?token=tok-S3cret"}})
     except resilient_session.ConfigError as exc:
         config_error = exc
+    # The store's port is closed: within a few syncs the backend reports itself degraded.
+    for _ in range(600):
+        if spy.states:
+            break
+        resilient_session.SYSTEM_CLOCK.sleep(0.005)
     clock = FakeClock()
     health = session.health()
     built: dict[str, object] = {
@@ -161,6 +173,7 @@ def _instances(
         "HostHealth": next(iter(health.values())),
         "TryRecord": spy.records[0],
         "TrySending": spy.sending[0],
+        "BackendChange": spy.states[0],
         "OpenTelemetryHook": otel,
         "health": health,
         "ConfigError": config_error,
@@ -212,6 +225,7 @@ NOT_BUILT = frozenset(
         "SendHook",
         "StateHook",
         "StateChange",
+        "BackendHook",
     }
 )
 

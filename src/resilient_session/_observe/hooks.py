@@ -102,3 +102,29 @@ class StateHook(Protocol):
     after the ``breaker.transition`` event (``from_state.value`` to ``to_state.value``)."""
 
     def on_transition(self, change: StateChange, /) -> None: ...
+
+
+class BackendChange(NamedTuple):
+    """The shared state went out of reach (``state.degraded``), came back (``state.restored``)
+    or held values no worker wrote (``state.corrected``), as every hook sees it."""
+
+    event: str
+    backend: str
+    # The store's URL, its password hidden.
+    url: str
+    # The rest of the event's fields, in its order: ``error``, ``degraded_for``, or ``host``
+    # and ``fields``.
+    detail: tuple[tuple[str, str | float], ...] = ()
+
+    def event_fields(self) -> dict[str, str | float]:
+        """The fields of the event, its name left out."""
+        return {"backend": self.backend, "url": self.url, **dict(self.detail)}
+
+
+@runtime_checkable
+class BackendHook(StateHook, Protocol):
+    """A state hook also told when the state backend degrades, is restored, or corrects a
+    value, after the ``state.*`` event. Those, and the breaker changes a worker adopts from
+    the fleet, reach it on the backend's sync thread, never under a lock."""
+
+    def on_state(self, change: BackendChange, /) -> None: ...

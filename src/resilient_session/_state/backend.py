@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
 from resilient_session.clock import Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
 from resilient_session.errors import ConfigError
@@ -44,8 +45,10 @@ class MemoryBackend:
         """Nothing held."""
 
 
-def open_backend(policy: StatePolicy, clock: Clock, rng: random.Random) -> StateBackend:
-    """The backend *policy* selects.
+def open_backend(
+    policy: StatePolicy, clock: Clock, rng: random.Random, report: StateReport = EVENTS_ONLY
+) -> StateBackend:
+    """The backend *policy* selects; a shared one reports the changes it learns to *report*.
 
     Raises:
         ConfigError: ``state.backend`` is ``redis`` and redis-py is not installed.
@@ -60,4 +63,4 @@ def open_backend(policy: StatePolicy, clock: Clock, rng: random.Random) -> State
             "state.backend: 'redis' needs redis-py, which is not installed "
             f"({missing.msg}); install the extra: pip install 'resilient-session[redis]'"
         ) from None
-    return RedisBackend(policy, clock, rng)
+    return RedisBackend(policy, clock, rng, report)

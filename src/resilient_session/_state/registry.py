@@ -190,7 +190,9 @@ class HostRegistry:
             emitter = emitter_for(self.health)
             hooks += (emitter,) if emitter is not None else ()
         self.runtime: Runtime = runtime_for(self.config, clock, rng, hooks)
-        self.backend: StateBackend = open_backend(self.config.state, clock, rng)
+        self.backend: StateBackend = open_backend(
+            self.config.state, clock, rng, self.runtime.states
+        )
         self._max_hosts = self.config.registry.max_hosts
         self._lock = threading.Lock()
         self._hosts: OrderedDict[str, HostState] = OrderedDict()

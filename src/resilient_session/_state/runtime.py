@@ -10,8 +10,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from resilient_session._observe.hooks import SendHook, StateHook, TryHook
+from resilient_session._observe.hooks import SendHook, TryHook
 from resilient_session._observe.redact import sensitive_names
+from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
 from resilient_session.clock import Clock
 from resilient_session.config import Config
 
@@ -32,8 +33,8 @@ class Runtime:
     hooks: tuple[TryHook, ...] = ()
     # The hooks that also add headers to each try sent (a trace context).
     senders: tuple[SendHook, ...] = ()
-    # The hooks that are also told of breaker state changes.
-    watchers: tuple[StateHook, ...] = ()
+    # The events and the hooks told of state changes (``_observe/state_report.py``).
+    states: StateReport = EVENTS_ONLY
 
 
 def runtime_for(
@@ -42,6 +43,5 @@ def runtime_for(
     """The runtime of a registry with *config*, on *clock* and *rng*, telling *hooks*."""
     kept = tuple(hooks)
     senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
-    watchers = tuple(hook for hook in kept if isinstance(hook, StateHook))
     names = sensitive_names(config.events.redact_params)
-    return Runtime(clock, rng, names, kept, senders, watchers)
+    return Runtime(clock, rng, names, kept, senders, StateReport(kept))

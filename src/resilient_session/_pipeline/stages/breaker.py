@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from resilient_session._observe.events import emit_transition
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
@@ -56,9 +55,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
 
 def report(attempt: Attempt, transition: Transition) -> None:
     """The ``breaker.transition`` event, then each hook that watches state changes."""
-    emit_transition(transition)
-    for watcher in attempt.call.runtime.watchers:
-        watcher.on_transition(transition)
+    attempt.call.runtime.states.transition(transition)
 
 
 def reset_throttle(attempt: Attempt) -> None:

@@ -4,10 +4,12 @@ reply taken in, and what a failed sync does to the batch. No I/O here: the backe
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from resilient_session._observe.events import emit_transition
+from resilient_session._observe.hooks import StateChange
+from resilient_session._observe.state_report import EVENTS_ONLY
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.limit import ConcurrencyLimit
 from resilient_session.config.policy import HostPolicy
@@ -151,13 +153,20 @@ def isolate(host: SyncedHost) -> None:
         host.throttle.isolate()
 
 
-def take_in(host: SyncedHost, batch: Batch, reply: Any) -> int:
+def take_in(
+    host: SyncedHost,
+    batch: Batch,
+    reply: Any,
+    told: Callable[[StateChange], None] = EVENTS_ONLY.transition,
+) -> int:
     """Take in the fleet's state for *host* from the script's *reply*.
 
     Every value is checked as if a stranger wrote it: one out of range is clamped to what this
     host's policy allows; a reply that is malformed as a whole is ignored, and the host keeps
     its local state until a good one comes. Returns what was corrected, here or by the script
     (a sum of ``lua.CORRECTED_*``; every bit set when the reply was ignored), to be logged.
+    A breaker change adopted from the fleet goes to *told* (the backend reports it once its
+    lock is released).
     """
     try:
         state, open_ms, generation, tokens, tries, accepts, workers, failures = reply[:8]
@@ -197,5 +206,5 @@ def take_in(host: SyncedHost, batch: Batch, reply: Any) -> int:
             # As the breaker stage does when a probe closes it: the host was just proven
             # healthy by the fleet.
             throttle.reset()
-        emit_transition(transition)
+        told(transition)
     return corrected

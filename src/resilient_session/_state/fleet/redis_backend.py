@@ -26,8 +26,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from resilient_session._observe.events import emit_state_change
+from resilient_session._observe.hooks import BackendChange, StateChange
 from resilient_session._observe.redact import redact_store_message, redact_store_url
+from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
 from resilient_session._state.interface import Guards, Held, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
@@ -86,8 +87,17 @@ class RedisBackend:
 
     name = "redis"
 
-    def __init__(self, policy: StatePolicy, clock: Clock, rng: random.Random) -> None:
+    def __init__(
+        self,
+        policy: StatePolicy,
+        clock: Clock,
+        rng: random.Random,
+        report: StateReport = EVENTS_ONLY,
+    ) -> None:
         self._policy = policy
+        self._report = report
+        # The changes a sync noted, reported once its lock is released.
+        self._noted: list[StateChange | BackendChange] = []
         self._clock = clock
         self._rng = rng
         # The reopening jitter is drawn on the sync thread, from its own source, so the
@@ -206,6 +216,9 @@ class RedisBackend:
         hosts a few at a time. Never raises."""
         with self._syncing:
             self._sync()
+            noted, self._noted = self._noted, []
+        # No hook runs under the sync's lock: one that calls the session cannot deadlock it.
+        self._report.tell(noted)
 
     def _sync(self) -> None:
         roster = self._roster
@@ -238,7 +251,7 @@ class RedisBackend:
                 # reply comes, not on a fleet's run of failures it can no longer read.
                 isolate(host)
             else:
-                corrected = take_in(host, batch, reply)
+                corrected = take_in(host, batch, reply, self._noted.append)
                 if corrected and host.breaker.host not in self._corrected:
                     self._report_corrected(host.breaker.host, corrected)
         roster.read(hosts)
@@ -250,12 +263,11 @@ class RedisBackend:
         if len(self._corrected) >= _MAX_CORRECTED_SHOWN:
             return
         self._corrected.add(key)
-        emit_state_change(
-            "state.corrected",
-            backend=self.name,
-            url=self._url_shown,
-            host=key,
-            fields=",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit),
+        names = ",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit)
+        self._noted.append(
+            BackendChange(
+                "state.corrected", self.name, self._url_shown, (("host", key), ("fields", names))
+            )
         )
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
@@ -302,8 +314,10 @@ class RedisBackend:
             isolate(host)
         if starts and not self._closed:
             self._degraded_at = self._failing_since
-            emit_state_change(
-                "state.degraded", backend=self.name, url=self._url_shown, error=_name(error)
+            self._noted.append(
+                BackendChange(
+                    "state.degraded", self.name, self._url_shown, (("error", _name(error)),)
+                )
             )
 
     def _restore(self) -> None:
@@ -312,11 +326,11 @@ class RedisBackend:
         degraded_at = self._degraded_at
         if degraded_at is not None:
             self._degraded_at = None
-            emit_state_change(
-                "state.restored",
-                backend=self.name,
-                url=self._url_shown,
-                degraded_for=round(SYSTEM_CLOCK.monotonic() - degraded_at, 6),
+            degraded_for = round(SYSTEM_CLOCK.monotonic() - degraded_at, 6)
+            self._noted.append(
+                BackendChange(
+                    "state.restored", self.name, self._url_shown, (("degraded_for", degraded_for),)
+                )
             )
 
 

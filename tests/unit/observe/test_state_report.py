@@ -1,0 +1,60 @@
+"""The state seam: the events first, then each hook that watches that kind of change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from resilient_session._observe.hooks import BackendChange, StateChange, TryRecord
+from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
+from resilient_session._state.breaker import BreakerState, Transition
+
+
+class _Transitions:
+    """A state hook without on_state."""
+
+    def __init__(self, heard: list[Any]) -> None:
+        self.heard = heard
+
+    def on_try(self, record: TryRecord, /) -> None:
+        """Not watched."""
+
+    def on_transition(self, change: StateChange, /) -> None:
+        self.heard.append(("transition", change.to_state.value))
+
+
+class _Everything(_Transitions):
+    """A backend hook."""
+
+    def on_state(self, change: BackendChange, /) -> None:
+        self.heard.append(("state", change.event))
+
+
+_DEGRADED = BackendChange("state.degraded", "redis", "redis://127.0.0.1:1/0", (("error", "E"),))
+
+
+def test_with_no_hook_the_seam_logs_the_events_unchanged() -> None:
+    """The default seam logs breaker.transition and state.* with today's fields."""
+    change = Transition("http://a:80", BreakerState.CLOSED, BreakerState.OPEN, seq=3)
+    with capture_logs() as logs:
+        EVENTS_ONLY.tell([change, _DEGRADED])
+    assert logs == [
+        {"event": "breaker.transition", "log_level": "warning", "host": "http://a:80",
+         "seq": 3, "from": "closed", "to": "open"},
+        {"event": "state.degraded", "log_level": "warning", "backend": "redis",
+         "url": "redis://127.0.0.1:1/0", "error": "E"},
+    ]  # fmt: skip
+
+
+def test_each_hook_hears_only_the_changes_it_watches() -> None:
+    """A StateHook hears the transition alone; a BackendHook hears both, in order."""
+    heard: list[Any] = []
+    report = StateReport([_Transitions(heard), _Everything(heard), object()])
+    change = Transition("http://a:80", BreakerState.OPEN, BreakerState.CLOSED, seq=1)
+    report.tell([change, _DEGRADED])
+    assert heard == [
+        ("transition", "closed"),
+        ("transition", "closed"),
+        ("state", "state.degraded"),
+    ]
