@@ -4,6 +4,7 @@ first, then each state hook. The registry builds one and hands it to its state b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from .events import emit_state_change, emit_transition
@@ -33,12 +34,14 @@ class StateReport:
             watcher.on_state(change)
 
     def tell(self, changes: Iterable[StateChange | BackendChange]) -> None:
-        """Each of *changes* in turn: what a sync noted while it held its lock."""
+        """Each of *changes* in turn: what a sync noted while it held its lock. On the sync
+        thread, so a hook that raises costs the other changes nothing: each is its own try."""
         for change in changes:
-            if isinstance(change, BackendChange):
-                self.backend(change)
-            else:
-                self.transition(change)
+            with contextlib.suppress(Exception):
+                if isinstance(change, BackendChange):
+                    self.backend(change)
+                else:
+                    self.transition(change)
 
 
 # What a backend built without a registry reports to: the events alone.

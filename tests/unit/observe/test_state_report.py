@@ -58,3 +58,25 @@ def test_each_hook_hears_only_the_changes_it_watches() -> None:
         ("transition", "closed"),
         ("state", "state.degraded"),
     ]
+
+
+def test_a_hook_that_raises_costs_the_other_changes_nothing():
+    """On the sync thread: the first change's hook raises, the second change still reaches it."""
+    from resilient_session._observe.state_report import StateReport
+    from resilient_session._state.breaker import BreakerState, Transition
+
+    heard: list[int] = []
+
+    class Flaky:
+        def on_transition(self, change: StateChange) -> None:
+            heard.append(change.seq)
+            if change.seq == 1:
+                raise RuntimeError("a hook's own bug")
+
+    report = StateReport([Flaky()])
+    changes = [
+        Transition("http://a.test:80", BreakerState.CLOSED, BreakerState.OPEN, seq)
+        for seq in (1, 2)
+    ]
+    report.tell(changes)
+    assert heard == [1, 2]
