@@ -18,11 +18,13 @@ from ._pipeline.drive import Next, drive
 from ._pipeline.stages import standard_chain
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
+from ._transport.cap import caps_any, limit_body
 from ._transport.fork import track_adapter
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
 from .deadline import current_scope
+from .errors import ResponseTooLarge
 
 # RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
@@ -88,6 +90,12 @@ class ResilientAdapter(HTTPAdapter):
         # asks the runtime only whether hooks listen, and is built here for the unpickled
         # adapter too.
         self._chain: Next = standard_chain(self._transport, registry.runtime)
+        # Only a config that caps some host's responses builds capped ones (requests'
+        # extension point for adapters): with every cap null, no call pays for the cap.
+        if caps_any(registry.config):
+            self.build_response = self._build_capped  # type: ignore[method-assign]  # per instance
+        else:
+            self.__dict__.pop("build_response", None)
 
     def serve(self, session: requests.Session) -> None:
         """Save cookies set by retried responses in *session*'s jar from now on.
@@ -111,6 +119,14 @@ class ResilientAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         return watch_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
+
+    def _build_capped(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
+        """``build_response``, holding the body to the host's ``retry.max_response_bytes``."""
+        response = super().build_response(req, resp)
+        cap = self._registry.for_url(req.url or "").policy.retry.max_response_bytes
+        if cap is not None:
+            limit_body(response, cap, self._registry.runtime.redact)
+        return response
 
     def close(self) -> None:
         """As ``HTTPAdapter.close``; also releases a registry this adapter made itself."""
@@ -152,6 +168,9 @@ class ResilientAdapter(HTTPAdapter):
                 cert=call.cert,
                 proxies=call.proxies,
             )
+        except ResponseTooLarge as exc:
+            # Judged by its status, as any answer is (a 503 is retried), and raised if final.
+            return Outcome(exc.response, exc)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
         if attempt.cookies is not None:
@@ -162,6 +181,8 @@ class ResilientAdapter(HTTPAdapter):
                     _ = response.content  # no deadline to read under: requests' own read
                 else:
                     read_body(response, call.deadline_at, call.runtime)
+            except ResponseTooLarge as exc:
+                return Outcome(response, exc)
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
