@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator
-from typing import Final, NoReturn
+from typing import Final, NoReturn, cast
 
 import requests
 from urllib3.response import HTTPResponse
@@ -77,14 +77,15 @@ class CappedResponse(HTTPResponse):
         cls, raw: HTTPResponse, cap: int, owner: requests.Response, names: frozenset[str]
     ) -> CappedResponse:
         raw.__class__ = cls
-        assert isinstance(raw, cls)  # noqa: S101 - for the type checker
-        raw._cap = cap
-        raw._handed = 0
-        raw._over = False
-        # Weak: the requests response holds this one, and a cycle would outlive the call.
-        raw._owner = weakref.ref(owner)
-        raw._names = names
-        return raw
+        capped = cast("CappedResponse", raw)
+        capped._cap = cap
+        capped._handed = 0
+        capped._over = False
+        # Weak: the requests response holds this one, and a cycle would keep both (and the
+        # body read so far) until the cycle collector runs.
+        capped._owner = weakref.ref(owner)
+        capped._names = names
+        return capped
 
     # -- the wire count: every body byte urllib3 takes from http.client ---------------------
 
