@@ -140,3 +140,25 @@ def test_every_read_of_a_urllib3_response_body_goes_through_raw_read():
         asked.clear()
         read(Counted(body=io.BytesIO(b"body"), preload_content=False))
         assert asked, "a read that bypassed _raw_read"
+
+
+def test_session_request_is_the_steps_resilient_session_runs_itself():
+    """ResilientSession.request runs requests.Session.request's steps itself (so it knows the
+    prepared request is the call's alone): a Request of the same arguments, prepare_request,
+    merge_environment_settings, then send with timeout and allow_redirects. A requests
+    release that adds a step fails here."""
+    import inspect
+    import re
+
+    source = inspect.getsource(requests.Session.request)
+    body = source[source.index('"""', source.index('"""') + 3) + 3 :]
+    calls = re.findall(r"\b(?:self\.)?([A-Za-z_]+)\(", body)
+    steps = [name for name in calls if name not in {"isinstance", "decode", "upper", "update"}]
+    assert [step for step in steps if step != "_is_prepared"] == [
+        "Request",
+        "prepare_request",
+        "merge_environment_settings",
+        "send",
+    ]
+    for keyword in ("data or {}", "params or {}", "proxies or {}", '"allow_redirects"'):
+        assert keyword in body
