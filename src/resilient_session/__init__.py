@@ -29,6 +29,7 @@ from .errors import (
     ConcurrencyLimitError,
     ConfigError,
     DeadlineExceeded,
+    HedgeCancelled,
     ThrottledError,
 )
 from .session import UNSET, ResilientSession
@@ -50,6 +51,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DeadlineExceeded",
+    "HedgeCancelled",
     "HostHealth",
     "HostRegistry",
     "OpenTelemetryHook",
