@@ -190,7 +190,8 @@ class Watchdog:
 WATCHDOG: Final = Watchdog()
 
 # The watch of the try running in this context, set by the deadline stage around each try of
-# a call with a deadline; connections arm it. Calls without a deadline never set it.
+# a call with a deadline, and by a hedged call's race around each of its tries (a stand-in);
+# connections arm it. Other calls without a deadline never set it.
 WATCHED: Final[contextvars.ContextVar[Watch | None]] = contextvars.ContextVar(
     "resilient_session_watch", default=None
 )

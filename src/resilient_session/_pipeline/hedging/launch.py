@@ -136,7 +136,10 @@ class Timer:
                     continue
             # Outside the lock: a launch takes the budget's lock and starts a worker.
             for race in ready:
-                again = race.launch()
+                try:
+                    again = race.launch()
+                except Exception:  # noqa: BLE001 - that race goes unhedged; the timer serves on
+                    again = None
                 if again is not None:
                     self.schedule(race, again)
 
