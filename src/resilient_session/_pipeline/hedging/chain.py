@@ -59,7 +59,7 @@ class HedgedChain:
         finally:
             RACE.reset(token)
             race.close()
-        if race.winner not in (None, 0, 1):
+        if race.winner is not None and race.winner > 1:  # a hedge answered first
             outcome = race.result()
         if outcome.decision.verdict is not _RETRY or race.launched == 1:
             return outcome

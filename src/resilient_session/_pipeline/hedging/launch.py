@@ -26,6 +26,12 @@ MAX_WORKERS: Final = 32
 
 _INF: Final = float("inf")
 _LONGEST_WAIT: Final = threading.TIMEOUT_MAX
+# While races keep coming (one in the last _BUSY seconds), the timer never sleeps longer than
+# _TICK, even with none due: a race due later than the tick's end then needs no wake-up, and on
+# a host that answers at once (its race ends microseconds after it began) the timer wakes
+# _TICK apart instead of once a call. _TICK is auto's floor, so an auto race never wakes it.
+_TICK: Final = 0.010
+_BUSY: Final = 1.0
 
 # Races are timed on real time, whatever clock the stages run on, as the watchdog's watches.
 real_monotonic = SYSTEM_CLOCK.monotonic
@@ -97,14 +103,17 @@ class Timer:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._due: dict[Due, float] = {}
-        # The instant the thread sleeps until: an earlier race must wake it.
+        # The instant the thread sleeps until: an earlier race must wake it. Read by schedule()
+        # only while the thread waits: it is set under the lock just before each wait.
         self._wake_at = _INF
+        self._scheduled_at = -_INF  # when the latest race was given
         self._thread: threading.Thread | None = None
 
     def schedule(self, race: Due, at: float) -> None:
         """Launch *race*'s next hedge at *at* (``real_monotonic``), unless cancelled first."""
         with self._lock:
             self._due[race] = at
+            self._scheduled_at = real_monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="resilient-session-hedge-timer", daemon=True
@@ -127,12 +136,13 @@ class Timer:
                     del self._due[race]
                 if not ready:
                     earliest = min(self._due.values(), default=_INF)
+                    if now - self._scheduled_at < _BUSY:
+                        earliest = min(earliest, now + _TICK)
                     # Every schedule() since the look above waits on the lock, then compares
                     # its instant with this one: none is missed.
                     self._wake_at = earliest
                     wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
                     self._wake.wait(wait)
-                    self._wake_at = _INF
                     continue
             # Outside the lock: a launch takes the budget's lock and starts a worker.
             for race in ready:

@@ -85,7 +85,8 @@ class Race:
         self._chain = chain
         self._context = context
         self._lock = threading.Lock()
-        self._done = threading.Condition(self._lock)
+        # Made only when the caller has to wait for a hedge that won: most races never do.
+        self._done: threading.Condition | None = None
         self._wire: dict[int, Watch] = {}  # tries on the wire, by number: the watch a cut fires
         self._sent: set[int] = set()
         self._lost: set[int] = set()
@@ -144,6 +145,7 @@ class Race:
         """*outcome* as the try's event tells it: a try that lost is cancelled; a retry the
         race has no try number left for gives up instead, its budget token given back."""
         number = attempt.number
+        # Without the lock: this try's own entries were written on this thread, before.
         if number in self._lost:
             refused = None if number in self._sent else _HEDGE_LOST
             return _new_tuple(
@@ -214,7 +216,8 @@ class Race:
             sent = number in self._sent
             if self.winner == number:
                 self._result = (outcome, error)
-                self._done.notify_all()
+                if self._done is not None:
+                    self._done.notify_all()
         if not sent:
             # Refused by a guard, or too late to leave: no hedge happened, so no token spent.
             call.state.bucket.refund()
@@ -225,6 +228,8 @@ class Race:
         """The outcome of the hedge that won, once it is back up its stages; raises what
         they raised."""
         with self._lock:
+            if self._done is None:
+                self._done = threading.Condition(self._lock)
             if not self._done.wait_for(lambda: self._result is not None, _RESULT_WAIT):
                 raise RuntimeError(f"hedge {self.winner} did not come back within {_RESULT_WAIT} s")
             assert self._result is not None  # noqa: S101 - the wait just saw it set
@@ -236,8 +241,8 @@ class Race:
 
     def close(self) -> None:
         """End the race: launch nothing more, and cut whatever is still out (only a first
-        try that raised leaves anything)."""
-        TIMER.cancel(self)
+        try that raised leaves anything). The timer let go of it when the first try ended; a
+        later hedge it still holds finds the race over and is not sent."""
         with self._lock:
             if self.winner is None:
                 self.winner = 0

@@ -67,8 +67,10 @@ def racing_events(*, hedge: bool, hooks: bool) -> Middleware:
         race = _current_race()
         if race is not None:
             outcome = race.settled(attempt, outcome)
-        record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact, hedge)
         logger = logger_for(_INFO)
+        if logger is None and not hooks:
+            return outcome  # a try no one logs costs no record
+        record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact, hedge)
         if logger is not None:
             logger.info("http.try", **record.event_fields())
         if hooks:
