@@ -17,9 +17,17 @@ from typing import Any
 import jsonschema
 import pytest
 import requests
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
-from resilient_session import DeadlineExceeded, ResilientSession, log_json_lines
+from resilient_session import (
+    DeadlineExceeded,
+    OpenTelemetryHook,
+    ResilientSession,
+    log_json_lines,
+)
 from resilient_session._pipeline.hedging.launch import MAX_WORKERS
 from resilient_session.cli.stats import StatsAggregator
 from resilient_session.testing.upstream import refused_url
@@ -262,3 +270,32 @@ def test_a_refused_connection_is_not_raced_forever():
             session.get(refused_url("/items"))
         health = next(iter(session.health().values()))
     assert (health.hedges, health.tries) == (0, 2)
+
+
+def test_each_try_of_a_hedged_call_is_a_span_under_the_callers():
+    """OpenTelemetry sees two client spans under the caller's span: the hedge's, marked
+    resilient_session.hedge and answered 200, and the cut first try's, ended as cancelled."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    config = {"defaults": {"hedging": {"enabled": True, "delay": DELAY}}}
+    with (
+        ResilientSession(config, try_hooks=[OpenTelemetryHook(provider)]) as session,
+        RaceUpstream(SLOW, FAST) as upstream,
+    ):
+        with provider.get_tracer("test").start_as_current_span("caller") as caller:
+            assert session.get(upstream.url("/items")).text == "reply 2"
+        assert upstream.wait_closed(1)
+        _settled(session, upstream, 1)
+    tries = {
+        span.attributes["resilient_session.decision"]: span
+        for span in exporter.get_finished_spans()
+        if span.name == "GET" and span.attributes is not None
+    }
+    assert set(tries) == {"success", "cancelled"}
+    won, lost = dict(tries["success"].attributes or {}), dict(tries["cancelled"].attributes or {})
+    assert (won["resilient_session.hedge"], won["http.response.status_code"]) == (True, 200)
+    assert (lost["error.type"], "resilient_session.hedge" in lost) == ("HedgeCancelled", False)
+    parent = caller.get_span_context().span_id
+    parents = [span.parent.span_id if span.parent else None for span in tries.values()]
+    assert parents == [parent] * 2
