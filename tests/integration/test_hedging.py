@@ -116,9 +116,10 @@ def test_a_cut_connection_is_never_used_again(session):
     assert all(seen.connection != cut for seen in upstream.seen[2:])
 
 
-def test_an_answer_within_the_delay_sends_no_hedge(session):
-    """A first try that answers before the delay is the only try."""
-    with RaceUpstream(FAST) as upstream:
+def test_an_answer_within_the_delay_sends_no_hedge():
+    """A first try that answers before the delay (1 s here, however busy the machine) is the
+    only try."""
+    with _session(hedging={"delay": 1.0}) as session, RaceUpstream(FAST) as upstream:
         for _ in range(5):
             assert session.get(upstream.url("/items")).status_code == 200
         health = _health(session, upstream)
@@ -222,15 +223,19 @@ def test_events_mark_the_hedge_and_the_cancelled_try(session):
 
 
 def test_hedges_reuse_a_few_workers_and_leave_no_thread_behind(session):
-    """Ten hedged calls in a row: the hedges run on kept workers, never more than a few, and
-    none is left per call."""
+    """Ten hedged calls in a row: the hedges run on kept workers, at most two more than before
+    (a cut hedge may still be on its way back as the next is sent), not one per call."""
+
+    def workers() -> int:
+        return sum(t.name == "resilient-session-hedge" for t in threading.enumerate())
+
+    before = workers()
     with RaceUpstream(Answer(delay=0.3), FAST) as upstream:
         for _ in range(10):
             upstream.script(Answer(delay=0.3), FAST)
             assert session.get(upstream.url("/items")).status_code == 200
         assert upstream.wait_closed(10)
-    workers = [t for t in threading.enumerate() if t.name == "resilient-session-hedge"]
-    assert 1 <= len(workers) <= 3 < MAX_WORKERS
+    assert 1 <= workers() <= before + 2 < MAX_WORKERS
     assert _health(session, upstream).hedges == 10
 
 
