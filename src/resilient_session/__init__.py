@@ -30,6 +30,7 @@ from .errors import (
     ConfigError,
     DeadlineExceeded,
     HedgeCancelled,
+    ResponseTooLarge,
     ThrottledError,
 )
 from .session import UNSET, ResilientSession
@@ -58,6 +59,7 @@ __all__ = [
     "Reason",
     "ResilientAdapter",
     "ResilientSession",
+    "ResponseTooLarge",
     "SendHook",
     "StateChange",
     "StateHook",
