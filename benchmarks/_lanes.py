@@ -23,7 +23,7 @@ import multiprocessing
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -307,7 +307,13 @@ def _closed_loop(
 # --- the lane processes --------------------------------------------------------------------------
 
 
-def _serve(conn: Connection, stack_name: str, url: str, lifetime: float) -> None:
+def _serve(
+    conn: Connection,
+    stack_name: str,
+    url: str,
+    lifetime: float,
+    build: Callable[[str, int], Stack] = build_stack,
+) -> None:
     # Up to a thousand workers per lane: their stacks need far less than the default 8 MiB.
     threading.stack_size(1 << 20)
     # The scheduler thread must issue calls on time while hundreds of workers hold the GIL in
@@ -325,21 +331,31 @@ def _serve(conn: Connection, stack_name: str, url: str, lifetime: float) -> None
             run = conn.recv()
             if not isinstance(run, Run):
                 return
-            conn.send(run_lane(build_stack(stack_name, run.workers), url, run))
+            conn.send(run_lane(build(stack_name, run.workers), url, run))
 
 
 class Lanes:
-    """One process per stack, each calling its own URL, for the length of a ``with`` block."""
+    """One process per stack, each calling its own URL, for the length of a ``with`` block.
 
-    def __init__(self, urls: Sequence[str], lifetime: float = 900.0) -> None:
+    The stacks are *names*, each built in its lane by *build* (a module-level function, so a
+    spawned process can import it): the storm's five by default.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        lifetime: float = 900.0,
+        names: Sequence[str] = STACKS,
+        build: Callable[[str, int], Stack] = build_stack,
+    ) -> None:
         context = multiprocessing.get_context("spawn")
         self._processes: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[Connection] = []
         try:
-            for name, url in zip(STACKS, urls, strict=True):
+            for name, url in zip(names, urls, strict=True):
                 conn, child = context.Pipe()
                 process = context.Process(
-                    target=_serve, args=(child, name, url, lifetime), name=name, daemon=True
+                    target=_serve, args=(child, name, url, lifetime, build), name=name, daemon=True
                 )
                 process.start()
                 child.close()
@@ -353,7 +369,7 @@ class Lanes:
             raise
 
     def run(self, run: Run, timeout: float, only: int | None = None) -> list[LaneResult]:
-        """Every lane runs *run* at once, or lane *only* alone; results in ``STACKS`` order."""
+        """Every lane runs *run* at once, or lane *only* alone; results in the stacks' order."""
         conns = self._conns if only is None else [self._conns[only]]
         for conn in conns:
             conn.send(run)

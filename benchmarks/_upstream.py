@@ -44,7 +44,8 @@ class Phase:
 
     ``fail`` 0 is healthy, 1 a full outage, anything between a brownout; ``reset`` fails by
     resetting the connection instead of answering 503, ``hang`` by reading the request and never
-    answering it. ``latency`` delays every answer by that many seconds.
+    answering it. ``latency`` delays every answer by that many seconds, and a ``slow`` share
+    of the answers, drawn at random, by ``slow_latency`` instead.
     """
 
     at: float
@@ -52,6 +53,8 @@ class Phase:
     reset: bool = False
     hang: bool = False
     latency: float = 0.0
+    slow: float = 0.0
+    slow_latency: float = 0.0
 
 
 class Hit(NamedTuple):
@@ -92,7 +95,12 @@ class _State:
             status = RESET if phase.reset else HANG if phase.hang else 503
         if self.record:
             self.hits.append(Hit(now, stack, _call_id(head), status))
-        return status, phase.latency if phase is not None else 0.0
+        if phase is None:
+            return status, 0.0
+        # Drawn only when a slow share is set, so the storm's draws are as they were.
+        if phase.slow > 0 and self.rng.random() < phase.slow:
+            return status, phase.slow_latency
+        return status, phase.latency
 
 
 def _call_id(head: bytes) -> int:

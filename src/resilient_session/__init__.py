@@ -29,6 +29,7 @@ from .errors import (
     ConcurrencyLimitError,
     ConfigError,
     DeadlineExceeded,
+    HedgeCancelled,
     ResponseTooLarge,
     ThrottledError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DeadlineExceeded",
+    "HedgeCancelled",
     "HostHealth",
     "HostRegistry",
     "OpenTelemetryHook",

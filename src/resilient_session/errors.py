@@ -79,6 +79,14 @@ class ConcurrencyLimitError(CircuitOpenError):
     """
 
 
+class HedgeCancelled(_RedactedError):
+    """The try was cancelled because another try of its call answered first (hedging).
+
+    It never reaches the caller: the call ends with the try that answered. It names the
+    cancelled try in ``http.try`` events and in hooks, and its message names the host alone.
+    """
+
+
 class ResponseTooLarge(_RedactedError):
     """A response's body was longer than its host's ``retry.max_response_bytes``.
 

@@ -350,6 +350,7 @@ def test_stats_table_from_recorded_file(capsys):
         "tries/call",
         "refused",
         "retries",
+        "hedges",
         "ok",
         "give-ups",
         "trips",
@@ -361,8 +362,8 @@ def test_stats_table_from_recorded_file(capsys):
     rows = {line.split()[0]: " ".join(line.split()[1:]) for line in lines[1:3]}
     # p99 1.0 reads 0.990: the histogram reports within 1 % (docs/events.md).
     assert rows == {
-        "http://127.0.0.1:8080": "5 8 1.60 0 3 2 3 0 0.050 s 0.402 s",
-        "http://127.0.0.1:9090": "5 4 0.80 2 1 1 2 1 0.020 s 0.990 s",
+        "http://127.0.0.1:8080": "5 8 1.60 0 3 0 2 3 0 0.050 s 0.402 s",
+        "http://127.0.0.1:9090": "5 4 0.80 2 1 0 1 2 1 0.020 s 0.990 s",
     }
     assert "  http://127.0.0.1:9090  breaker_open=1 deadline=1" in lines
     assert lines[lines.index("refused (fail-fasts) by reason") + 1] == (

@@ -10,6 +10,7 @@ connect with.
 
 from __future__ import annotations
 
+import contextvars
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import resilient_session
 from resilient_session import ResilientSession, config, inbound, testing
+from resilient_session._pipeline.attempt import Outcome
+from resilient_session._pipeline.hedging.race import Race
 from resilient_session.testing import FakeClock, FlakyUpstream, Reply
 
 pytestmark = pytest.mark.integration
@@ -111,6 +114,15 @@ def _refusals(harness: Callable[..., Any], url: str) -> Iterator[BaseException]:
     yield limit.run(200, url=url)[0].error
     # A read the deadline cut short: the deadline stage turns its timeout into the deadline's.
     yield harness().run(requests.ReadTimeout, url=url, deadline=1.0, timeout=5.0)[0].error
+    # A try of a hedged call that lost its race, as the race tells it.
+    hedged = harness({"defaults": {"hedging": {"enabled": True}}})
+    call = hedged.first_attempt(url=url).call
+    assert call.state.hedge is not None
+    race = Race(call, call.state.hedge, lambda attempt: Outcome(), contextvars.copy_context())
+    race.close()
+    cancelled = race.cancelled(2).error
+    assert cancelled is not None
+    yield cancelled
 
 
 async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:

@@ -14,7 +14,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 class TryRecord(NamedTuple):
     """One finished try, sent or refused locally, as every hook sees it.
 
-    The first eleven fields are the ``http.try`` event's, in its order and with its values.
+    The first eleven fields are the ``http.try`` event's, in its order and with its values;
+    the event also carries ``hedge`` on a hedge's try, where it is true.
     """
 
     method: str
@@ -32,6 +33,7 @@ class TryRecord(NamedTuple):
     decision: str
     reason: str
     breaker: str | None
+    # True for a hedge: a try a hedged call sent while its first try was still out.
     hedge: bool
     # The try's start and end on the session's clock (``monotonic``).
     started: float
@@ -42,7 +44,10 @@ class TryRecord(NamedTuple):
 
     def event_fields(self) -> dict[str, object]:
         """The fields of the ``http.try`` event."""
-        return dict(zip(_EVENT_FIELDS, self, strict=False))
+        fields: dict[str, object] = dict(zip(_EVENT_FIELDS, self, strict=False))
+        if self.hedge:
+            fields["hedge"] = True
+        return fields
 
 
 _EVENT_FIELDS = TryRecord._fields[:11]

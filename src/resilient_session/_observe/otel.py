@@ -22,6 +22,8 @@ GUARDS = {
     "throttled": "throttle",
     "concurrency_limit": "limit",
     "deadline_spent": "deadline",
+    # A hedge that reached its race after another try had answered: never sent.
+    "hedge_lost": "hedge",
 }
 
 
@@ -118,6 +120,8 @@ class OpenTelemetryHook:
                 "resilient_session.wait": record.wait,
             }
         )
+        if record.hedge:
+            span.set_attribute("resilient_session.hedge", True)
         if "error.type" in attributes:
             from opentelemetry.trace import Status, StatusCode
 

@@ -29,6 +29,8 @@ class Verdict(str, Enum):
     RETRY = "retry"
     GIVE_UP = "give_up"
     FAIL_FAST = "fail_fast"
+    # Another try of the call answered first (hedging): this one's answer is dropped.
+    CANCELLED = "cancelled"
 
 
 class Reason(str, Enum):
@@ -49,6 +51,7 @@ class Reason(str, Enum):
     THROTTLED = "throttled"
     CONCURRENCY_LIMIT = "concurrency_limit"
     CALLER_RETRIES = "caller_retries"
+    HEDGE_LOST = "hedge_lost"
 
 
 class Decision(NamedTuple):

@@ -20,6 +20,7 @@ from resilient_session.config.policy import HostPolicy
 from .backend import open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
+from .hedge import HedgeSnapshot, HedgeState
 from .interface import Held, StateBackend
 from .limit import ConcurrencyLimit, LimitSnapshot
 from .meaning import TryTable, table_for
@@ -30,6 +31,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # What health shows for a host whose throttle or concurrency limit is disabled.
 _NO_THROTTLE = ThrottleSnapshot(0.0, 0, 0, 0)
 _NO_LIMIT = LimitSnapshot(0, 0, 0)
+_NO_HEDGING = HedgeSnapshot(0, 0, 0, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,8 @@ class HostState:
     limit: ConcurrencyLimit | None
     # What a finished try means to decide and to each guard, by this host's statuses.
     table: TryTable
+    # None when the policy does not hedge: the hedged chain then costs one attribute check.
+    hedge: HedgeState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +60,20 @@ class HostHealth:
 
     A *try* is one sent toward the upstream, admitted by every local guard. A try refused
     locally (breaker open, throttled, concurrency limit full, deadline spent: a ``fail_fast``
-    event) is no try: it is counted in ``refused``. So ``tries`` equals the ``http.try`` events
-    whose decision is not ``fail_fast``, and ``refused`` those whose decision is.
+    event) is no try: it is counted in ``refused``. A try a hedged call cancelled (a
+    ``cancelled`` event) is neither: it is counted in ``cancelled``. So ``tries`` equals the
+    ``http.try`` events whose decision is neither ``fail_fast`` nor ``cancelled``, and
+    ``refused`` those whose decision is ``fail_fast``.
 
     Attributes:
         breaker: the breaker's state now.
         open_for: seconds until an open breaker lets a probe through; 0 unless open.
         tokens: retry budget tokens left; a retry takes one whole token.
         calls: calls started (their first try), refused ones included.
-        tries: tries sent toward the upstream, first tries and retries alike.
-        retries: retries the budget paid a token for; one refused after its wait counts too.
+        tries: tries sent toward the upstream, first tries, retries and hedges alike; a try
+            cancelled because another try of its call answered first counts in ``cancelled``.
+        retries: retries and hedges the budget paid a token for; one refused after its wait
+            counts too.
         failures: sent tries that failed in the breaker's eyes: transport errors, timeouts, 5xx.
         refused: tries refused locally, never sent: ``rejected`` plus ``deadline_spent``
             plus ``throttled`` plus ``limited``.
@@ -78,6 +86,12 @@ class HostHealth:
         limit: the concurrency limit now, in tries; 0 when the limit is disabled.
         in_flight: tries holding a slot of the limit now; 0 when the limit is disabled.
         limited: tries the concurrency limit refused, no slot freed within ``max_wait``.
+        hedges: hedge tries the guards let through (``hedging``), cancelled ones included.
+        hedge_wins: calls a hedge answered before the try it hedged.
+        cancelled: tries cancelled because another try of their call answered first; neither
+            a try nor a refusal.
+        hedge_delay: seconds a first try may be out before a hedge follows it now; 0 when the
+            host does not hedge, or ``auto`` has seen too few tries to say.
         state_backend: where the breaker, budget and throttle live: ``memory`` or ``redis``.
         state_degraded: true while the redis backend cannot reach Redis and runs on this
             process's state alone; always false for ``memory``.
@@ -99,6 +113,10 @@ class HostHealth:
     limit: int
     in_flight: int
     limited: int
+    hedges: int
+    hedge_wins: int
+    cancelled: int
+    hedge_delay: float
     state_backend: str
     state_degraded: bool
 
@@ -236,6 +254,7 @@ class HostRegistry:
             (policy.timeout.connect, policy.timeout.read),
             ConcurrencyLimit(key, policy.limit, clock) if policy.limit.enabled else None,
             table_for(policy.retry),
+            HedgeState(policy.hedging) if policy.hedging.enabled else None,
         )
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
@@ -267,6 +286,8 @@ class HostRegistry:
                 state.throttle.after_fork()
             if state.limit is not None:
                 state.limit.after_fork()
+            if state.hedge is not None:
+                state.hedge.after_fork()
 
     def close(self) -> None:
         """Release what the state backend holds (redis: its sync thread and connections).
@@ -286,6 +307,7 @@ class HostRegistry:
             budget = state.bucket.snapshot()
             throttle = state.throttle.snapshot() if state.throttle is not None else _NO_THROTTLE
             limit = state.limit.snapshot() if state.limit is not None else _NO_LIMIT
+            hedge = state.hedge.snapshot() if state.hedge is not None else _NO_HEDGING
             result[state.key] = HostHealth(
                 breaker=breaker.state,
                 open_for=breaker.open_for,
@@ -307,6 +329,10 @@ class HostRegistry:
                 limit=limit.limit,
                 in_flight=limit.in_flight,
                 limited=limit.limited,
+                hedges=hedge.hedges,
+                hedge_wins=hedge.wins,
+                cancelled=hedge.cancelled,
+                hedge_delay=hedge.delay or 0.0,
                 state_backend=backend,
                 state_degraded=degraded,
             )

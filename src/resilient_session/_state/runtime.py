@@ -35,6 +35,8 @@ class Runtime:
     senders: tuple[SendHook, ...] = ()
     # The events and the hooks told of state changes (``_observe/state_report.py``).
     states: StateReport = EVENTS_ONLY
+    # Whether any host of the config hedges: the chain is built with the race only then.
+    hedging: bool = False
 
 
 def runtime_for(
@@ -44,4 +46,7 @@ def runtime_for(
     kept = tuple(hooks)
     senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
     names = sensitive_names(config.events.redact_params)
-    return Runtime(clock, rng, names, kept, senders, StateReport(kept))
+    hedging = config.defaults.hedging.enabled or any(
+        rule.policy.hedging.enabled for rule in config.rules
+    )
+    return Runtime(clock, rng, names, kept, senders, StateReport(kept), hedging)

@@ -135,15 +135,27 @@ class Watchdog:
                 self._settled.wait()
             return True
 
+    def cut(self, watch: Watch) -> None:
+        """Fire *watch* now, from any thread: at once if it is armed, else as soon as its
+        connection arms it (a hedged call ending the tries that lost its race).
+
+        Its instant is moved to the past and the thread woken: the thread reads each watch's
+        own instant, so an armed watch fires on its next look, and a watch armed later stores
+        the past instant and wakes the thread itself. A watch that has ended is left alone.
+        """
+        watch.until = -_INF
+        self._wake_early()
+
     def fire_due(self) -> int:
         """Shut down the socket of every armed watch whose instant has passed; how many."""
         due: list[Watch] = []
         with self._lock:
             now = self._clock.monotonic()
             live = self._live
-            for watch, until in live.copy().items():
-                # The pop decides a race with the watch's disarm: one of the two gets it.
-                if until <= now and live.pop(watch, None) is not None:
+            for watch in live.copy():
+                # The watch's own instant, which cut() may have moved since it was armed. The
+                # pop decides a race with the watch's disarm: one of the two gets it.
+                if watch.until <= now and live.pop(watch, None) is not None:
                     watch.state = FIRING
                     due.append(watch)
         if not due:
@@ -166,7 +178,7 @@ class Watchdog:
             with lock:
                 # Every arm since the last look took the slow path (the instant was +inf), and
                 # waits on the lock to notify: none is lost between this look and the wait.
-                earliest = min(self._live.copy().values(), default=_INF)
+                earliest = min((watch.until for watch in self._live.copy()), default=_INF)
                 now = self._clock.monotonic()
                 if earliest > now:
                     self._wake_at = earliest
@@ -178,7 +190,8 @@ class Watchdog:
 WATCHDOG: Final = Watchdog()
 
 # The watch of the try running in this context, set by the deadline stage around each try of
-# a call with a deadline; connections arm it. Calls without a deadline never set it.
+# a call with a deadline, and by a hedged call's race around each of its tries (a stand-in);
+# connections arm it. Other calls without a deadline never set it.
 WATCHED: Final[contextvars.ContextVar[Watch | None]] = contextvars.ContextVar(
     "resilient_session_watch", default=None
 )
@@ -187,6 +200,22 @@ WATCHED: Final[contextvars.ContextVar[Watch | None]] = contextvars.ContextVar(
 def settle(watch: Watch) -> bool:
     """End a try's *watch*: True when the watchdog cut the try short."""
     return watch.state > DISARMED and WATCHDOG.disarm(watch)
+
+
+def stand_in(outer: Watch | None) -> Watch:
+    """A watch that another thread may cut (:meth:`Watchdog.cut`), set in *outer*'s place
+    around one try: it ends at *outer*'s instant and, like it, with the body or the headers;
+    without *outer* (a call with no deadline), only a cut fires it. *outer* is never armed."""
+    watch = Watch(_INF)
+    if outer is not None:
+        watch.until, watch.body = outer.until, outer.body
+    return watch
+
+
+def pass_on(outer: Watch) -> None:
+    """Settle *outer* as fired: its stand-in fired at *outer*'s own instant, so whoever opened
+    *outer* sees a try the deadline cut, as if *outer* had been armed itself."""
+    outer.state = FIRED
 
 
 if hasattr(os, "register_at_fork"):

@@ -14,14 +14,17 @@ class HostStats:
     """Running figures for one ``scheme://host:port``.
 
     A try is one sent toward the upstream: a ``fail_fast`` event (breaker open, deadline
-    spent) sent nothing, so it counts as ``refused``, not as a try, as ``session.health()``
-    counts them.
+    spent) sent nothing, so it counts as ``refused``, not as a try, and a ``cancelled`` one
+    (another try of its hedged call ended first) counts as ``cancelled``, as
+    ``session.health()`` counts them.
     """
 
     tries: int = 0
     refused: int = 0
     calls: int = 0
     retries: int = 0
+    hedges: int = 0
+    cancelled: int = 0
     successes: int = 0
     give_ups: Counter[str] = field(default_factory=Counter)
     fail_fasts: Counter[str] = field(default_factory=Counter)
@@ -48,6 +51,8 @@ class HostStats:
             "tries_per_call": round(per_call, 3) if per_call is not None else None,
             "refused": self.refused,
             "retries": self.retries,
+            "hedges": self.hedges,
+            "cancelled": self.cancelled,
             "successes": self.successes,
             "give_ups": dict(sorted(self.give_ups.items())),
             "fail_fasts": dict(sorted(self.fail_fasts.items())),

@@ -44,6 +44,7 @@ _BREAKER_STATES: Final = frozenset({"closed", "open", "half_open"})
 _RETRY: Final = Verdict.RETRY.value
 _SUCCESS: Final = Verdict.SUCCESS.value
 _FAIL_FAST: Final = Verdict.FAIL_FAST.value
+_CANCELLED: Final = Verdict.CANCELLED.value
 
 
 class _Lines(Protocol):
@@ -54,7 +55,8 @@ class StatsAggregator:
     """Feed it JSON event lines one at a time; ask for per-host figures at any point.
 
     A call starts at the ``http.try`` whose ``attempt`` is 1 and ends at its first try whose
-    ``decision`` is not ``retry``; that final try's ``total`` feeds the latency quantiles.
+    ``decision`` is neither ``retry`` nor ``cancelled`` (a try of a hedged call another of its
+    tries beat); that final try's ``total`` feeds the latency quantiles.
     Tries are counted per event, so interleaved calls from many threads need no pairing.
 
     Example::
@@ -158,6 +160,11 @@ class StatsAggregator:
             stats.refused += 1
             stats.fail_fasts[reason] += 1
             stats.final_total.add(total)
+            return
+        if event.get("hedge") is True:
+            stats.hedges += 1
+        if decision == _CANCELLED:
+            stats.cancelled += 1
             return
         stats.tries += 1
         if decision == _RETRY:

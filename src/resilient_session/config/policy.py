@@ -181,6 +181,17 @@ class LimitPolicy(StrictStruct, frozen=True):
             )
 
 
+class HedgingPolicy(StrictStruct, frozen=True):
+    """Hedged tries: a second try of an idempotent call whose first has not answered after
+    ``delay``, paid from the retry budget (docs/configuration.md, "hedging")."""
+
+    enabled: bool = False
+    # Seconds, or "auto": the host's recent p95 try latency, never below 10 ms.
+    delay: Literal["auto"] | Annotated[float, msgspec.Meta(gt=0, le=DAY)] = "auto"
+    # Each extra try is one more connection and thread in flight for the call.
+    max_extra: Annotated[int, msgspec.Meta(ge=1, le=4)] = 1
+
+
 class HostPolicy(StrictStruct, frozen=True):
     """Everything that applies to one host, after merging its entry over the defaults."""
 
@@ -191,6 +202,7 @@ class HostPolicy(StrictStruct, frozen=True):
     limit: LimitPolicy = LimitPolicy()
     deadline: DeadlinePolicy = DeadlinePolicy()
     timeout: TimeoutPolicy = TimeoutPolicy()
+    hedging: HedgingPolicy = HedgingPolicy()
 
 
 class RegistryPolicy(StrictStruct, frozen=True):

@@ -100,7 +100,8 @@ def _check(stats: StatsAggregator) -> None:
     if summary["other_hosts"] is not None:
         rows.append(summary["other_hosts"])
     events = sum(
-        row["tries"] + row["refused"] + sum(row["breaker_transitions"].values()) for row in rows
+        row["tries"] + row["refused"] + row["cancelled"] + sum(row["breaker_transitions"].values())
+        for row in rows
     )
     assert events == summary["used"]
     text = stats_text(summary)

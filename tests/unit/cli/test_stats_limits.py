@@ -158,8 +158,8 @@ def test_hosts_past_the_limit_share_one_row_and_the_totals_add_up():
     assert peak < small_peak * 1.2
     text = stats_text(summary).splitlines()
     assert text[MAX_HOSTS + 1].split() == [
-        "(other", "hosts)", "99000", "99000", "1.00", "9900", "0", "99000", "0", "0", "0.099", "s",
-        "0.099", "s",
+        "(other", "hosts)", "99000", "99000", "1.00", "9900", "0", "0", "99000", "0", "0", "0.099",
+        "s", "0.099", "s",
     ]  # fmt: skip
     assert text[MAX_HOSTS + 2] == (
         f"(other hosts): about {summary['hosts_folded']:,} more hosts, past the first 1,000 "

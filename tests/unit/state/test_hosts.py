@@ -199,6 +199,10 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
             "limit": 28,  # 32 dropped once, by the 503, to 28.8
             "in_flight": 0,
             "limited": 0,
+            "hedges": 0,
+            "hedge_wins": 0,
+            "cancelled": 0,
+            "hedge_delay": 0.0,
             "state_backend": "memory",
             "state_degraded": False,
         }

@@ -12,9 +12,15 @@ _new_tuple = tuple.__new__
 
 
 def try_record(
-    attempt: Attempt, outcome: Outcome, started: float, now: float, names: frozenset[str]
+    attempt: Attempt,
+    outcome: Outcome,
+    started: float,
+    now: float,
+    names: frozenset[str],
+    hedge: bool = False,
 ) -> TryRecord:
-    """What every hook is told of *outcome*, which started at *started* and ended *now*."""
+    """What every hook is told of *outcome*, which started at *started* and ended *now*;
+    *hedge* when the try was a hedge (``_pipeline/hedging/``)."""
     call = attempt.call
     decision = outcome.decision
     error = outcome.error
@@ -35,7 +41,7 @@ def try_record(
             decision.verdict._value_,
             decision.reason._value_,
             outcome.breaker._value_ if outcome.breaker is not None else None,
-            False,
+            hedge,
             started,
             now,
             refused._value_ if refused is not None else None,

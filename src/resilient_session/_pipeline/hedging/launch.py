@@ -1,0 +1,166 @@
+"""Where hedges come from: one timer thread that finds the races due, and a few workers that
+send their hedges.
+
+A first try that is still out when its delay has passed needs a second try in flight while
+the caller's thread waits on the first one's socket. Neither the caller nor a thread of its
+own per call can do that cheaply, so one daemon thread keeps the instant each race is due
+(a dict and one lock, as the watchdog keeps its watches) and hands each due hedge to a small
+pool of daemon workers, at most ``MAX_WORKERS``, started as they are first needed and kept.
+Nothing here starts until a host that hedges sends its first try: with hedging off, no
+thread, no lock and no frame of this module runs.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from resilient_session.clock import SYSTEM_CLOCK
+
+# Hedges in flight at once in a process; one more waits for a worker to come free. Budget
+# tokens bound hedges far below this in steady state; it caps a burst.
+MAX_WORKERS: Final = 32
+
+_INF: Final = float("inf")
+_LONGEST_WAIT: Final = threading.TIMEOUT_MAX
+# While races keep coming (one in the last _BUSY seconds), the timer never sleeps longer than
+# _TICK, even with none due: a race due later than the tick's end then needs no wake-up, and on
+# a host that answers at once (its race ends microseconds after it began) the timer wakes
+# _TICK apart instead of once a call. _TICK is auto's floor, so an auto race never wakes it.
+_TICK: Final = 0.010
+_BUSY: Final = 1.0
+
+# Races are timed on real time, whatever clock the stages run on, as the watchdog's watches.
+real_monotonic = SYSTEM_CLOCK.monotonic
+
+Job = Callable[[], None]
+
+
+class Due(Protocol):
+    """A race the timer holds: it launches its next hedge and says when the one after is due."""
+
+    def launch(self) -> float | None: ...
+
+
+class Workers:
+    """Up to *most* daemon threads running jobs from one queue, started on demand."""
+
+    def __init__(self, most: int = MAX_WORKERS) -> None:
+        self._most = most
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0  # workers waiting on the queue, none of them promised a job yet
+        self._backlog = 0  # jobs queued with no worker promised to them
+
+    def submit(self, job: Job) -> None:
+        """Run *job* on a worker: an idle one, a new one, or the first to come free."""
+        with self._lock:
+            start = False
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < self._most:
+                self._threads += 1
+                start = True
+            else:
+                self._backlog += 1
+        self._queue.put(job)
+        if start:
+            threading.Thread(target=self._work, name="resilient-session-hedge", daemon=True).start()
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            job = get()
+            try:
+                job()  # a job catches what it raises: it owns its race's result
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1  # this worker ends: another may start in its place
+                raise
+            with self._lock:
+                if self._backlog:
+                    self._backlog -= 1  # takes a job no worker was promised
+                else:
+                    self._idle += 1
+
+
+class Timer:
+    """Launches each race's hedges when they fall due, on one daemon thread started by the
+    first race it is given."""
+
+    def __init__(self, workers: Workers) -> None:
+        self.workers = workers
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._due: dict[Due, float] = {}
+        # The instant the thread sleeps until: an earlier race must wake it. Read by schedule()
+        # only while the thread waits: it is set under the lock just before each wait.
+        self._wake_at = _INF
+        self._scheduled_at = -_INF  # when the latest race was given
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, race: Due, at: float) -> None:
+        """Launch *race*'s next hedge at *at* (``real_monotonic``), unless cancelled first."""
+        with self._lock:
+            self._due[race] = at
+            self._scheduled_at = real_monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="resilient-session-hedge-timer", daemon=True
+                )
+                self._thread.start()
+            elif at < self._wake_at:
+                self._wake.notify()
+
+    def cancel(self, race: Due) -> None:
+        """Launch nothing more for *race*."""
+        with self._lock:
+            self._due.pop(race, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                now = real_monotonic()
+                ready = [race for race, at in self._due.items() if at <= now]
+                for race in ready:
+                    del self._due[race]
+                if not ready:
+                    earliest = min(self._due.values(), default=_INF)
+                    if now - self._scheduled_at < _BUSY:
+                        earliest = min(earliest, now + _TICK)
+                    # Every schedule() since the look above waits on the lock, then compares
+                    # its instant with this one: none is missed.
+                    self._wake_at = earliest
+                    wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
+                    self._wake.wait(wait)
+                    continue
+            # Outside the lock: a launch takes the budget's lock and starts a worker.
+            for race in ready:
+                try:
+                    again = race.launch()
+                except Exception:  # noqa: BLE001 - that race goes unhedged; the timer serves on
+                    again = None
+                if again is not None:
+                    self.schedule(race, again)
+
+    def after_fork(self) -> None:
+        """In a forked child: no timer thread, no worker, and locks no one holds."""
+        self._reset()
+        self.workers._reset()
+
+
+TIMER: Final = Timer(Workers())
+
+if hasattr(os, "register_at_fork"):
+    # A child has neither thread, and a lock may have been held at the fork.
+    os.register_at_fork(after_in_child=TIMER.after_fork)

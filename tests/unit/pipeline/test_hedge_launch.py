@@ -1,0 +1,84 @@
+"""The timer and the workers that send hedges: every job runs on a bounded set of threads, a
+due race is launched, a cancelled one never is, and a race that wants another hedge gets it."""
+
+from __future__ import annotations
+
+import threading
+
+from resilient_session._pipeline.hedging.launch import Timer, Workers, real_monotonic
+
+WAIT = 10.0  # seconds a test waits for a thread before it fails: never reached when it works
+
+
+def test_workers_run_every_job_on_at_most_their_threads():
+    """Ten jobs held at a gate on a pool of two: two threads start, and once the gate opens
+    every job runs on them."""
+    workers = Workers(most=2)
+    gate = threading.Event()
+    done = threading.Semaphore(0)
+    names: set[str] = set()
+
+    def job() -> None:
+        assert gate.wait(WAIT)
+        names.add(threading.current_thread().name)
+        done.release()
+
+    before = {thread.ident for thread in threading.enumerate()}
+    for _ in range(10):
+        workers.submit(job)
+    started = [t for t in threading.enumerate() if t.ident not in before]
+    gate.set()
+    assert all(done.acquire(timeout=WAIT) for _ in range(10))
+    assert (len(started), names) == (2, {"resilient-session-hedge"})
+
+
+class _Race:
+    """A race that records its launches and asks for *more* hedges after the first."""
+
+    def __init__(self, more: int = 0) -> None:
+        self.launches = 0
+        self.more = more
+        self.launched = threading.Event()
+
+    def launch(self) -> float | None:
+        self.launches += 1
+        if self.launches > self.more:
+            self.launched.set()
+            return None
+        return real_monotonic()
+
+
+def test_the_timer_launches_a_due_race_and_never_a_cancelled_one():
+    """A race cancelled before it falls due is never launched; one due after it is."""
+    timer = Timer(Workers())
+    cancelled, due = _Race(), _Race()
+    now = real_monotonic()
+    timer.schedule(cancelled, now + 0.02)
+    timer.cancel(cancelled)
+    timer.schedule(due, now + 0.04)
+    assert due.launched.wait(WAIT)
+    assert (cancelled.launches, due.launches) == (0, 1)
+
+
+def test_a_race_that_wants_more_hedges_is_launched_again():
+    """launch() returning the next instant schedules the race again: max_extra hedges."""
+    timer = Timer(Workers())
+    race = _Race(more=2)
+    timer.schedule(race, real_monotonic())
+    assert race.launched.wait(WAIT)
+    assert race.launches == 3
+
+
+def test_a_launch_that_raises_leaves_the_timer_serving():
+    """A race whose launch raises goes unhedged; the next race is still launched."""
+    timer = Timer(Workers())
+
+    class Broken:
+        def launch(self) -> float | None:
+            raise RuntimeError("broken")
+
+    later = _Race()
+    now = real_monotonic()
+    timer.schedule(Broken(), now)
+    timer.schedule(later, now + 0.01)
+    assert later.launched.wait(WAIT)
