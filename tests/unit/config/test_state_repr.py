@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from resilient_session._observe.redact import REDACTED
 from resilient_session.config import StatePolicy, load
 from resilient_session.errors import ConfigError
 
 STORE_URL = "redis://user-S3cret:S3cretPW@127.0.0.1:6399/0?password=tok-S3cret"
 SHOWN = "redis://127.0.0.1:6399/0?password=REDACTED"
+SENTINEL_PASSWORD = "S3cretPW"  # noqa: S105 - planted, to be found nowhere
 
 
 def test_repr_str_and_rich_repr_hide_the_store_secrets():
@@ -42,13 +44,14 @@ def test_the_sentinels_password_is_shown_as_redacted():
         mode="sentinel",
         sentinels=(("127.0.0.1", 26379),),
         service_name="fleet",
-        sentinel_password="S3cretPW",
+        sentinel_password=SENTINEL_PASSWORD,
     )
-    assert dict(policy.__rich_repr__())["sentinel_password"] == "REDACTED"
+    shown = dict(policy.__rich_repr__())
+    assert shown["sentinel_password"] == REDACTED
     assert "sentinel_password='REDACTED'" in repr(policy)
     assert "S3cret" not in f"{policy} {load({'state': {'mode': 'single'}})}"
-    assert policy.sentinel_password == "S3cretPW"
+    assert policy.sentinel_password == SENTINEL_PASSWORD
     state = {"mode": "sentinel", "sentinels": [["h", 1]], "service_name": "m"}
     with pytest.raises(ConfigError) as raised:
-        load({"state": {**state, "sentinel_password": "S3cretPW" * 1000}})
+        load({"state": {**state, "sentinel_password": SENTINEL_PASSWORD * 1000}})
     assert str(raised.value) == "state.sentinel_password: expected str of length <= 4096"
