@@ -22,8 +22,11 @@ def command(
     timeout: float = 1.0,
     context: ssl.SSLContext | None = None,
     password: str | None = None,
+    asking: bool = False,
 ) -> Any:
-    """The reply of 127.0.0.1:*port* to *args*: a str, int, None or list of them.
+    """The reply of 127.0.0.1:*port* to *args*: a str, int, None or list of them; after
+    ``AUTH`` with *password*, and after ``ASKING`` (a cluster node importing a slot serves
+    its keys only so).
 
     Raises:
         OSError: no connection, or no whole reply within *timeout* seconds.
@@ -34,6 +37,9 @@ def command(
         with conn, conn.makefile("rb") as reader:
             if password is not None:
                 conn.sendall(_encode(("AUTH", password)))
+                _read(reader)
+            if asking:
+                conn.sendall(_encode(("ASKING",)))
                 _read(reader)
             conn.sendall(_encode(args))
             return _read(reader)

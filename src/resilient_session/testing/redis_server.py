@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -54,6 +54,21 @@ def program(name: str) -> str:
     return found
 
 
+def wait_until(check: Callable[[], bool], timeout: float, failed: str) -> None:
+    """Poll *check* every 50 ms until it holds.
+
+    Raises:
+        RuntimeError: *failed*, past *timeout* seconds.
+    """
+    until = SYSTEM_CLOCK.monotonic() + timeout
+    while not check():
+        if SYSTEM_CLOCK.monotonic() > until:
+            raise RuntimeError(f"{failed} within {timeout} s")
+        # A real wait, even while testing.fast() skips the system clock's sleeps.
+        threading.Event().wait(_WAIT_POLL)
+
+
+_WAIT_POLL = 0.05
 _PACKAGES = {"redis-server": "redis-server", "redis-cli": "redis-tools", "openssl": "openssl"}
 
 
@@ -81,6 +96,8 @@ class RedisServer:
         self._niceness = niceness
         # More of redis-server's options, after the ones above (a replica's --replicaof).
         self._options = tuple(options)
+        # What :meth:`command` authenticates with, when the server asks for a password.
+        self.password: str | None = None
 
     def __enter__(self) -> RedisServer:
         self.start()
@@ -92,6 +109,10 @@ class RedisServer:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the server and remove its directory: it cannot be started again."""
         self.stop()
         self._directory.cleanup()
 
@@ -158,19 +179,32 @@ class RedisServer:
         except OSError:
             return False
 
-    def command(self, *args: str, timeout: float = 1.0) -> Any:
+    def command(self, *args: str, timeout: float = 1.0, asking: bool = False) -> Any:
         """The server's reply to one command (``ROLE``, ``CLUSTER NODES``, ...): a str, int,
-        None or a list of them.
+        None or a list of them; *asking* sends ``ASKING`` first, as a cluster client does to
+        a node importing the key's slot.
 
         Raises:
             OSError: no connection, or no reply within *timeout* seconds.
             testing._resp.ReplyError: an error reply.
         """
-        return _resp.command(self.port, *args, timeout=timeout, context=self.client_context())
+        return _resp.command(
+            self.port,
+            *args,
+            timeout=timeout,
+            context=self.client_context(),
+            password=self.password,
+            asking=asking,
+        )
 
     def client_context(self) -> ssl.SSLContext | None:
         """The TLS a client needs to talk to this server: none here."""
         return None
+
+    @property
+    def running(self) -> bool:
+        """True from :meth:`start` until the server exits or is killed or stopped."""
+        return self._process is not None and self._process.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: the server is gone at once, its state with it."""

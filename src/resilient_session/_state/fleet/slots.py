@@ -2,12 +2,15 @@
 host's slot, one pipeline per master, each call touching the keys of one slot only.
 
 A host's keys share one hash tag (``keys.hash_tag``), so each call is one slot's and runs
-where that slot lives. What a cluster answers while it changes is followed here, within the
-sync: a ``MOVED`` or ``ASK`` (a slot resharded, a replica promoted) or ``TRYAGAIN`` (a slot
-half migrated) sends that host's call again through redis-py's ``RedisCluster``, which
-follows redirects and learns the new owner of the slot. A master out of reach fails the calls
-of its hosts alone, and the slot map is read again, so that a failover's new master is found
-by the next sync.
+where that slot lives, as redis-py's ``RedisCluster`` maps slots to masters. What a cluster
+answers while it changes is followed within the sync, with one more pipeline per node named:
+a ``MOVED`` (the slot has a new master: a reshard ended, a replica took over) sends the call
+to that master, and the slot map is read again; an ``ASK`` (the slot is migrating and the
+keys have gone) sends it after ``ASKING`` to the node importing them. A ``TRYAGAIN`` (a
+migrating slot with the host's keys on both sides, or none made yet), a master out of reach
+or a second redirect fails that host's sync alone, as a failed sync: its batch goes out again
+with the next one. redis-py's own following of redirects is not used: it retries ``TRYAGAIN``
+with sleeps, for up to 16 round trips per call.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
+    MovedError,
     NoScriptError,
     RedisClusterException,
     TryAgainError,
@@ -41,8 +45,6 @@ UNREACHED: Final = (
     TryAgainError,
     RedisClusterException,
 )
-# Answers that name where to go, or to come back: sent again through the cluster client.
-_REDIRECTS: Final = (AskError, TryAgainError)
 
 
 class ClusterLink:
@@ -74,27 +76,52 @@ class ClusterLink:
                 replies[index] = uncovered
                 continue
             groups.setdefault(node.name, (node, []))[1].append(index)
-        # A slot no master holds, in the map as read: read it again.
-        lost = any(reply is not None for reply in replies)
+        # A slot no master holds in the map as read: the map is read again.
+        stale = any(reply is not None for reply in replies)
+        stale |= self._send(cluster, groups, calls, replies, asking=False)
+        # One more round trip for the hosts redirected, to the node each was sent to; what
+        # that one answers stands until the next sync.
+        moved: dict[str, tuple[ClusterNode, list[int]]] = {}
+        asked: dict[str, tuple[ClusterNode, list[int]]] = {}
+        for index, reply in enumerate(replies):
+            if isinstance(reply, AskError):
+                # A MOVED is a kind of ASK to redis-py: the slot has a new master for good.
+                stale |= isinstance(reply, MovedError)
+                to = moved if isinstance(reply, MovedError) else asked
+                node = cluster.get_node(host=reply.host, port=reply.port)
+                if node is None:
+                    stale = True
+                else:
+                    to.setdefault(node.name, (node, []))[1].append(index)
+        stale |= self._send(cluster, moved, calls, replies, asking=False)
+        stale |= self._send(cluster, asked, calls, replies, asking=True)
+        if stale:
+            self._refresh(cluster)
+        return replies
+
+    def _send(
+        self,
+        cluster: RedisCluster,
+        groups: dict[str, tuple[ClusterNode, list[int]]],
+        calls: Sequence[Call],
+        replies: list[Any],
+        *,
+        asking: bool,
+    ) -> bool:
+        """One pipeline per node of *groups*, its replies put in *replies*; True when a node
+        was out of reach (its hosts' replies are the error)."""
+        lost = False
         for node, indexes in groups.values():
+            chosen = [calls[i] for i in indexes]
             try:
                 client = cluster.get_redis_connection(node)
-                got = self._node(client, [calls[i] for i in indexes])
+                got = self._asking(client, chosen) if asking else self._node(client, chosen)
             except (redis.ConnectionError, redis.TimeoutError) as error:
                 lost = True
                 got = [error] * len(indexes)
             for index, reply in zip(indexes, got, strict=True):
                 replies[index] = reply
-        for index, reply in enumerate(replies):
-            if isinstance(reply, _REDIRECTS):
-                keys, args = calls[index]
-                try:
-                    replies[index] = cluster.eval(self._script, len(keys), *keys, *args)
-                except redis.RedisError as error:
-                    replies[index] = error
-        if lost:
-            self._refresh(cluster)
-        return replies
+        return lost
 
     def _node(self, client: redis.Redis, calls: list[Call]) -> list[Any]:
         """One pipeline on one master; a master that lost the script (a replica promoted, a
@@ -118,12 +145,28 @@ class ClusterLink:
         finally:
             pipe.reset()
 
+    def _asking(self, client: redis.Redis, calls: list[Call]) -> list[Any]:
+        """Each call after ``ASKING``, on the node importing its slot: the script's text, as
+        that node may not have it yet. A host whose keys are not all there yet (some still on
+        the old master, or none made yet) gets ``TRYAGAIN``: a multi-key script waits for the
+        migration to end."""
+        pipe = client.pipeline(transaction=False)
+        try:
+            for keys, args in calls:
+                pipe.execute_command("ASKING")
+                pipe.eval(self._script, len(keys), *keys, *args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            return replies[1::2]
+        finally:
+            pipe.reset()
+
     @staticmethod
     def _refresh(cluster: RedisCluster) -> None:
         # The slot map, read again from any node that answers (redis-py's own refresh, as
         # its pipelines do after a connection error): a failover's new master is found.
-        # Nothing answering is a later sync's to find out.
-        with contextlib.suppress(redis.RedisError):
+        # Nothing answering is a later sync's to find out (redis-py says so with a
+        # RedisClusterException, which is no RedisError).
+        with contextlib.suppress(redis.RedisError, RedisClusterException):
             cluster.nodes_manager.initialize()
 
     def close(self) -> None:
