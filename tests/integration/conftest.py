@@ -27,7 +27,7 @@ SENTINEL_PASSWORD = "sentinel-pw"  # noqa: S105 - a throwaway set's, on loopback
 
 class Startable(Protocol):
     def start(self) -> None: ...
-    def stop(self) -> None: ...
+    def close(self) -> None: ...
 
 
 Part = TypeVar("Part", bound=Startable)
@@ -77,8 +77,9 @@ def _redis_or_skip() -> None:
 
 @contextmanager
 def _started(make: Callable[[], Part]) -> Iterator[Part]:
-    """A Redis set-up made and started, stopped at the end; a part missing here (a program,
-    TLS in redis-server) skips the test, saying which, or fails it under CI."""
+    """A Redis set-up made and started, stopped and its files removed at the end; a part
+    missing here (a program, TLS in redis-server) skips the test, saying which, or fails it
+    under CI."""
     try:
         part = make()
         part.start()
@@ -87,7 +88,7 @@ def _started(make: Callable[[], Part]) -> Iterator[Part]:
     try:
         yield part
     finally:
-        part.stop()
+        part.close()
 
 
 @pytest.fixture

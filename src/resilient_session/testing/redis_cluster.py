@@ -116,7 +116,7 @@ class RedisClusterNodes:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.close()
 
     @property
     def url(self) -> str:
@@ -139,10 +139,10 @@ class RedisClusterNodes:
             )
             wait_until(self.ready, timeout, "the cluster was not ready")
         except BaseException:
-            self.stop()
+            self.close()
             raise
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Stop every node and remove its directory."""
         for node in self.nodes:
             node.close()

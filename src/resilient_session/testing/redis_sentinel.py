@@ -90,7 +90,7 @@ class RedisSentinels:
         value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.close()
 
     @property
     def addresses(self) -> list[list[str | int]]:
@@ -108,10 +108,10 @@ class RedisSentinels:
                 sentinel.start()
             wait_until(self._watching, timeout, "the sentinels did not agree")
         except BaseException:
-            self.stop()
+            self.close()
             raise
 
-    def stop(self) -> None:
+    def close(self) -> None:
         for server in (*self.sentinels, self.replica, self.master):
             server.close()
 

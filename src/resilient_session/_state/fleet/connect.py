@@ -106,12 +106,16 @@ def _sentinel_master(policy: StatePolicy, tls: dict[str, Any]) -> redis.Redis:
     # redis-py's sentinel pool picks its own TLS connection class when told ssl=True.
     secure = given.pop("connection_class", None) is SSLConnection
     tls = {"ssl": True, **tls} if secure else {}
+    timeout = policy.timeout_ms / 1000
     sentinels = Sentinel(
         policy.sentinels,
+        # Each sentinel is a Redis client of its own, built from these alone.
         sentinel_kwargs={
             "password": policy.sentinel_password,
             "retry": _no_retry(),
-            **_options(policy),
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "health_check_interval": 0,
             **tls,
         },
     )
