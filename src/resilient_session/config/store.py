@@ -76,7 +76,8 @@ def _check_cluster(state: StateFields) -> None:
         raise ValueError("key_prefix: may not hold { or } with mode: cluster")
     # After the userinfo's last '@', as redact_store_url cuts it: a password may hold a '/'.
     place = state.url.partition("://")[2].rpartition("@")[2]
-    path, _, query = place.partition("/")[2].partition("?")
+    place, _, query = place.partition("?")
+    path = place.partition("/")[2]
     databases = {path} | set(parse_qs(query).get("db", ()))
     if not databases <= {"", "0"}:
         raise ValueError("url: a Redis Cluster has database 0 only")
