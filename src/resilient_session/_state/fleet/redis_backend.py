@@ -3,8 +3,9 @@
 A per-session daemon thread does every Redis round trip: every ``sync_interval_ms``, and at
 once when a failure may open a breaker, it sends each host in use its batch (the failures,
 successes, deposits, withdrawals and throttle counts since the last sync) and reads the
-fleet's state back, all in one pipeline of one Lua script call per host; idle hosts are read
-a few at a time (``roster`` says which hosts a sync sends). A call only ever reads local
+fleet's state back, one Lua script call per host, all in one pipeline (in a Redis Cluster, one
+per master: ``slots``); idle hosts are read a few at a time (``roster`` says which hosts a
+sync sends). A call only ever reads local
 fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
 guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
 per outage. docs/fleet.md says what is kept where and what is promised.
@@ -77,7 +78,8 @@ class RedisBackend:
         rng: the guards' random source (the throttle's draws).
 
     Raises:
-        ConfigError: ``state.url`` is not a URL redis-py can connect with.
+        ConfigError: ``state.url`` is not a URL redis-py can connect with, or a TLS file
+            named cannot be read.
     """
 
     name = "redis"
