@@ -57,9 +57,13 @@ def test_the_fleet_opens_across_workers_on_the_sentinels_master(
     before every one fails fast; the opening is on the master, and nothing degrades."""
     upstream.script("/down", Reply(503))
     fleet = fleet_sessions(3, _config(redis_sentinels, key_prefix))
+    breaker, _, _, workers = host_keys(key_prefix, host_key(upstream))
+    # Each worker's first sync asks the sentinels for the master: done before the host fails.
+    for session in fleet:
+        assert session.get(upstream.url("/")).status_code == 200
+    wait_until(lambda: redis_sentinels.master.command("ZCARD", workers) == 3)
     fail_until_all_fail_fast(fleet, upstream.url("/down"))
     assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
-    breaker = host_keys(key_prefix, host_key(upstream))[0]
     assert redis_sentinels.master.command("HGET", breaker, "s") == "1"
     assert state_events(logs) == []
 

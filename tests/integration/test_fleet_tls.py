@@ -53,9 +53,13 @@ def test_the_fleet_is_shared_over_tls_with_the_ca_and_a_client_certificate(
     the opening is on the server, and nothing degrades."""
     upstream.script("/down", Reply(503))
     fleet = fleet_sessions(3, _config(tls_redis, key_prefix))
+    breaker, _, _, workers = host_keys(key_prefix, host_key(upstream))
+    # Each worker's first sync shakes hands: done before the host goes down.
+    for session in fleet:
+        assert session.get(upstream.url("/")).status_code == 200
+    wait_until(lambda: tls_redis.command("ZCARD", workers) == 3)
     fail_until_all_fail_fast(fleet, upstream.url("/down"))
     assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
-    breaker = host_keys(key_prefix, host_key(upstream))[0]
     assert tls_redis.command("HGET", breaker, "s") == "1"
     assert state_events(logs) == []
 
