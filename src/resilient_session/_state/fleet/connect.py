@@ -43,7 +43,8 @@ def open_link(policy: StatePolicy, script: str) -> Link:
             parse_url(policy.url)
             return ClusterLink(functools.partial(_cluster, policy, tls), script)
         if policy.mode == "sentinel":
-            return ServerLink(_sentinel_master(policy, tls), script)
+            master, sentinels = _sentinel_master(policy, tls)
+            return ServerLink(master, script, sentinels)
         client = redis.Redis.from_url(policy.url, retry=_no_retry(), **_options(policy), **tls)
         return ServerLink(client, script)
     except ValueError as exc:
@@ -96,10 +97,12 @@ def _cluster(policy: StatePolicy, tls: dict[str, Any]) -> RedisCluster:
     )
 
 
-def _sentinel_master(policy: StatePolicy, tls: dict[str, Any]) -> redis.Redis:
-    """The master the sentinels know as ``service_name``, found again on each new connection:
-    after a failover the next sync connects to the new master. The url gives the master's
-    password, database and TLS; its host and port are not read."""
+def _sentinel_master(
+    policy: StatePolicy, tls: dict[str, Any]
+) -> tuple[redis.Redis, list[redis.Redis]]:
+    """The master the sentinels know as ``service_name``, found again on each new connection
+    (after a failover the next sync connects to the new master), and a client per sentinel.
+    The url gives the master's password, database and TLS; its host and port are not read."""
     given = parse_url(policy.url)
     for place in ("host", "port", "path"):
         given.pop(place, None)
@@ -122,4 +125,4 @@ def _sentinel_master(policy: StatePolicy, tls: dict[str, Any]) -> redis.Redis:
     # The url's own options win, as they do for Redis.from_url.
     options = {**_options(policy), **given, **tls}
     master: redis.Redis = sentinels.master_for(policy.service_name, retry=_no_retry(), **options)
-    return master
+    return master, list(sentinels.sentinels)

@@ -36,13 +36,17 @@ class ServerLink:
     """One Redis server: every call in one pipeline, one round trip.
 
     Args:
-        client: redis-py's client for the server (``connect.server``).
+        client: redis-py's client for the server.
         script: the sync script's text.
+        others: clients closed with it (the sentinels that name the server).
     """
 
-    def __init__(self, client: redis.Redis, script: str) -> None:
+    def __init__(
+        self, client: redis.Redis, script: str, others: Sequence[redis.Redis] = ()
+    ) -> None:
         self.client = client
         self._script = client.register_script(script)
+        self._others = tuple(others)
 
     def run(self, calls: Sequence[Call]) -> list[Any]:
         """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
@@ -72,5 +76,6 @@ class ServerLink:
     def close(self) -> None:
         # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must
         # not reach the caller either.
-        with contextlib.suppress(Exception):
-            self.client.close()
+        for client in (self.client, *self._others):
+            with contextlib.suppress(Exception):
+                client.close()
