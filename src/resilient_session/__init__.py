@@ -29,6 +29,7 @@ from .errors import (
     ConcurrencyLimitError,
     ConfigError,
     DeadlineExceeded,
+    ResponseTooLarge,
     ThrottledError,
 )
 from .session import UNSET, ResilientSession
@@ -56,6 +57,7 @@ __all__ = [
     "Reason",
     "ResilientAdapter",
     "ResilientSession",
+    "ResponseTooLarge",
     "SendHook",
     "StateChange",
     "StateHook",

@@ -4,7 +4,8 @@ Each is a fact about the versions installed, not a promise of theirs: tests/unit
 test_compat.py checks every one against the installed requests and urllib3, so the upgrade
 that removes or renames one fails there, by name, and not in the middle of a call. urllib3's
 private connection hooks that ``_transport/watched.py`` overrides (``_new_conn``,
-``_validate_conn``) are pinned by the same test.
+``_validate_conn``), and the response's ``_raw_read`` that ``_transport/cap.py`` overrides, are
+pinned by the same test.
 """
 
 from __future__ import annotations

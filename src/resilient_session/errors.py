@@ -79,6 +79,37 @@ class ConcurrencyLimitError(CircuitOpenError):
     """
 
 
+class ResponseTooLarge(_RedactedError):
+    """A response's body was longer than its host's ``retry.max_response_bytes``.
+
+    Reading stopped one byte past the cap (a ``Content-Length`` over it: before the first
+    byte) and the connection was closed, never handed back to the pool. With ``stream=False``
+    the call raises it; with ``stream=True``, a ``Content-Length`` over the cap makes the call
+    raise it, and otherwise the read that crosses the cap does (``iter_content``,
+    ``iter_lines``, ``content``, ``raw.read``), as does every read after it.
+
+    A ``requests.RequestException``: ``except requests.RequestException`` catches it. Its
+    message names the status, the redacted URL and the cap; it has no chain (:attr:`original`
+    is None).
+
+    Attributes:
+        limit: the cap it crossed, in bytes.
+        response: the response whose body was too large: its status and headers read as
+            usual, its body does not. A pickled copy leaves it behind.
+    """
+
+    limit: int = 0
+
+    def __init__(self, *args: Any, limit: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickling a response reads its body, which is what must not happen here.
+        kind, args, state = super().__reduce__()
+        return kind, args, {**state, "response": None}
+
+
 class ConfigError(requests.exceptions.RequestException, ValueError):
     """The configuration is invalid; the message names the dotted key path and the bad value."""
 

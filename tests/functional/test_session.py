@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import requests
+import responses
 
 from resilient_session import (
     CircuitOpenError,
@@ -60,6 +61,73 @@ def test_callers_request_not_mutated(mock, session):
     sent = [call.request.headers["X-Request-Timeout-Ms"] for call in mock.calls]
     assert sent[0] == "5000"
     assert int(sent[1]) < 5000
+
+
+def test_a_request_the_caller_prepared_is_never_written_to(mock, session):
+    """session.send(prepared): the caller holds *prepared*, so each try's X-Request-Attempt
+    goes on a copy, with or without a deadline."""
+    mock.get(URL, status=503)
+    mock.get(URL, status=200)
+    prepared = session.prepare_request(requests.Request("GET", URL))
+    before = dict(prepared.headers)
+    session.send(prepared)
+    assert dict(prepared.headers) == before
+    sent = [call.request.headers["X-Request-Attempt"] for call in mock.calls]
+    assert sent == ["1; max=4", "2; max=4"]
+    assert all(call.request is not prepared for call in mock.calls)
+
+
+def test_the_first_try_of_a_call_carries_its_header_in_the_request_made_for_it(mock, session):
+    """session.get: the request requests prepared for the call is the call's alone, so the
+    first try writes its header into it; a retry sends a copy and leaves the first as sent."""
+    mock.get(URL, status=503)
+    mock.get(URL, status=200)
+    response = session.get(URL)
+    first, second = (call.request for call in mock.calls)
+    assert first.headers["X-Request-Attempt"] == "1; max=4"
+    assert second.headers["X-Request-Attempt"] == "2; max=4"
+    assert first is not second
+    assert response.request is second
+
+
+class _RequestOfItsOwn(requests.Session):
+    calls = 0
+
+    def request(self, method, url, **kwargs):  # type: ignore[override]
+        _RequestOfItsOwn.calls += 1
+        return super().request(method, url, **kwargs)
+
+
+def test_a_session_class_with_a_request_of_its_own_after_this_one_still_runs():
+    """ResilientSession before another Session subclass with its own request: that request
+    runs on every call, and the tries still carry X-Request-Attempt."""
+
+    class Both(ResilientSession, _RequestOfItsOwn):  # type: ignore[misc]
+        pass
+
+    with responses.RequestsMock() as mock, Both(FAST) as session:
+        mock.get(URL, status=200)
+        session.get(URL)
+        assert _RequestOfItsOwn.calls == 1
+        assert mock.calls[0].request.headers["X-Request-Attempt"] == "1; max=4"
+    assert Both._next_request_is_requests is False
+    assert ResilientSession._next_request_is_requests is True
+
+
+def test_a_patched_requests_session_request_is_followed(mock, session, monkeypatch):
+    """Instrumentation that wraps requests.Session.request after import still sees every
+    call: the steps run here only while it is requests' own."""
+    seen: list[str] = []
+    original = requests.Session.request
+
+    def wrapped(self, method, url, *args, **kwargs):
+        seen.append(url)
+        return original(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(requests.Session, "request", wrapped)
+    mock.get(URL, status=200)
+    assert session.get(URL).status_code == 200
+    assert seen == [URL]
 
 
 def test_deadline_kwarg(mock, session, clock):

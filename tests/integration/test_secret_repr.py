@@ -156,6 +156,12 @@ def _instances(
         config.load({"state": {"url": "http://user-S3cret:S3cretPW@x/?token=tok-S3cret"}})
     except resilient_session.ConfigError as exc:
         config_error = exc
+    upstream.script("/big", Reply(200, body=b"too large"))
+    with ResilientSession({"defaults": {"retry": {"max_response_bytes": 1}}}) as capped:
+        try:
+            capped.get(url.replace("/items", "/big"))
+        except resilient_session.ResponseTooLarge as exc:
+            too_large = exc
     # The store's port is closed: within a few syncs the backend reports itself degraded.
     for _ in range(600):
         if spy.states:
@@ -188,6 +194,7 @@ def _instances(
         "OpenTelemetryHook": otel,
         "health": health,
         "ConfigError": config_error,
+        "ResponseTooLarge": too_large,
         "WSGIMiddleware": inbound.WSGIMiddleware(lambda environ, start: [], loaded),
         "ASGIMiddleware": inbound.ASGIMiddleware(_asgi_app, loaded),
         "AttemptHeader": inbound.parse_attempt("1; max=3"),

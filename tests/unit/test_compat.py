@@ -3,6 +3,7 @@ versions and means what ``_compat`` takes it to mean: the upgrade that changes o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import requests
@@ -108,3 +109,56 @@ def test_a_urllib3_response_names_its_connection_and_a_detached_socket():
     finally:
         left.close()
         right.close()
+
+
+def test_every_read_of_a_urllib3_response_body_goes_through_raw_read():
+    """_raw_read(amt, *, read1) is the one place HTTPResponse takes body bytes from http.client,
+    for read, read1 and stream alike: _transport/cap.py counts the wire there. A rename would
+    leave a compressed body's wire uncounted."""
+    import inspect
+    import io
+
+    from urllib3.response import HTTPResponse
+
+    parameters = inspect.signature(HTTPResponse._raw_read).parameters
+    assert list(parameters) == ["self", "amt", "read1"]
+    assert parameters["read1"].kind is inspect.Parameter.KEYWORD_ONLY
+    asked: list[tuple[int | None, bool]] = []
+
+    class Counted(HTTPResponse):
+        def _raw_read(self, amt: int | None = None, *, read1: bool = False) -> bytes:
+            asked.append((amt, read1))
+            return super()._raw_read(amt, read1=read1)
+
+    reads: list[Callable[[HTTPResponse], bytes]] = [
+        lambda r: r.read(),
+        lambda r: r.read(3),
+        lambda r: r.read1(3),
+        lambda r: next(r.stream(3)),
+    ]
+    for read in reads:
+        asked.clear()
+        read(Counted(body=io.BytesIO(b"body"), preload_content=False))
+        assert asked, "a read that bypassed _raw_read"
+
+
+def test_session_request_is_the_steps_resilient_session_runs_itself():
+    """ResilientSession.request runs requests.Session.request's steps itself (so it knows the
+    prepared request is the call's alone): a Request of the same arguments, prepare_request,
+    merge_environment_settings, then send with timeout and allow_redirects. A requests
+    release that adds a step fails here."""
+    import inspect
+    import re
+
+    source = inspect.getsource(requests.Session.request)
+    body = source[source.index('"""', source.index('"""') + 3) + 3 :]
+    calls = re.findall(r"\b(?:self\.)?([A-Za-z_]+)\(", body)
+    steps = [name for name in calls if name not in {"isinstance", "decode", "upper", "update"}]
+    assert [step for step in steps if step != "_is_prepared"] == [
+        "Request",
+        "prepare_request",
+        "merge_environment_settings",
+        "send",
+    ]
+    for keyword in ("data or {}", "params or {}", "proxies or {}", '"allow_redirects"'):
+        assert keyword in body

@@ -13,10 +13,11 @@ from resilient_session import (
     CircuitOpenError,
     ConcurrencyLimitError,
     DeadlineExceeded,
+    ResponseTooLarge,
     ThrottledError,
 )
 
-ALL = (DeadlineExceeded, CircuitOpenError, ThrottledError, ConcurrencyLimitError)
+ALL = (DeadlineExceeded, CircuitOpenError, ThrottledError, ConcurrencyLimitError, ResponseTooLarge)
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,7 @@ ALL = (DeadlineExceeded, CircuitOpenError, ThrottledError, ConcurrencyLimitError
         (CircuitOpenError, requests.ConnectionError),
         (ThrottledError, CircuitOpenError),
         (ConcurrencyLimitError, CircuitOpenError),
+        (ResponseTooLarge, requests.RequestException),
     ],
 )
 def test_each_is_still_the_requests_type_it_refines(kind, refines):
@@ -73,3 +75,21 @@ def test_pickled_copy_keeps_message_and_request_without_the_original():
     assert isinstance(copy.request, requests.PreparedRequest)
     assert (copy.request.url, copy.original) == (request.url, None)
     assert error.original is unpicklable
+
+
+def test_pickled_response_too_large_leaves_its_response_behind():
+    """A pickled ResponseTooLarge keeps its message, cap and request; its response, whose
+    pickling would read the body the cap refused, is left behind."""
+    request = requests.Request("GET", "http://h.test/p").prepare()
+    response = requests.Response()
+    response.request = request
+    error = ResponseTooLarge("too large", limit=10, response=response, request=request)
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (type(copy), copy.args, copy.limit, copy.response) == (
+        ResponseTooLarge,
+        ("too large",),
+        10,
+        None,
+    )
+    assert isinstance(copy.request, requests.PreparedRequest)
+    assert error.response is response

@@ -59,11 +59,16 @@ class Decision(NamedTuple):
     wait: float = 0.0
 
 
+# Set on a prepared request that ResilientSession.request made for one call and that no one
+# else holds: its first try may carry its headers in it rather than in a copy.
+CALLS_OWN = "_resilient_session_calls_own"
+
 _new_tuple = tuple.__new__
 
 # What an outcome says until a stage decides: terminal, so a chain without a decide stage
 # never loops.
 UNDECIDED = Decision(Verdict.GIVE_UP, Reason.NOT_RETRYABLE)
+ANSWERED = Decision(Verdict.SUCCESS, Reason.OK)
 
 
 class Outcome(NamedTuple):

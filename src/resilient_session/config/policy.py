@@ -84,6 +84,8 @@ class RetryPolicy(StrictStruct, frozen=True):
     retry_after_cap: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 30.0
     transient_statuses: frozenset[Status] = frozenset({408, 425, 500, 502, 504})
     overload_statuses: frozenset[Status] = frozenset({429, 503})
+    # Null reads every body whole, as requests does; docs/configuration.md says why 2**53.
+    max_response_bytes: Annotated[int, msgspec.Meta(ge=1, le=2**53)] | None = None
 
     def __post_init__(self) -> None:
         if self.backoff_cap < self.backoff_base:

@@ -353,6 +353,49 @@ def test_every_number_is_finite_and_bounded(section, key, value, says):
     assert str(raised.value) == f"defaults.{section}.{key}: {says}"
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (0, "expected int >= 1, got 0"),
+        (-1, "expected int >= 1, got -1"),
+        (2**53 + 1, f"expected int <= {2**53}, got {2**53 + 1}"),
+        (1.5, "expected int | null, got float 1.5"),
+        (True, "expected int | null, got bool True"),
+        ("1MB", "expected int | null, got str '1MB'"),
+        ([1], "expected int | null, got array [1]"),
+    ],
+)
+@pytest.mark.parametrize("where", ["defaults", 'hosts."a.test"'])
+def test_max_response_bytes_is_a_positive_int_or_null(value, says, where):
+    """A cap that is not a whole number of bytes >= 1 (or null) is refused, naming the key, in
+    the defaults and in a host entry alike."""
+    section = {"retry": {"max_response_bytes": value}}
+    data = {"defaults": section} if where == "defaults" else {"hosts": {"a.test": section}}
+    with pytest.raises(ConfigError) as raised:
+        load(data)
+    assert str(raised.value) == f"{where}.retry.max_response_bytes: {says}"
+
+
+def test_max_response_bytes_defaults_to_null_and_merges_per_host():
+    """No cap unless configured; a host entry sets or lifts it over the defaults, key by key."""
+    config = load(
+        {
+            "defaults": {"retry": {"max_response_bytes": 1024, "max_attempts": 2}},
+            "hosts": {"big.test": {"retry": {"max_response_bytes": None}}, "*.test": {}},
+        }
+    )
+    assert load({}).defaults.retry.max_response_bytes is None
+    assert config.for_host("big.test", 80).retry.max_response_bytes is None
+    assert config.for_host("big.test", 80).retry.max_attempts == 2
+    assert config.for_host("small.test", 80).retry.max_response_bytes == 1024
+    assert (
+        load(
+            {"defaults": {"retry": {"max_response_bytes": 2**53}}}
+        ).defaults.retry.max_response_bytes
+        == 2**53
+    )
+
+
 def test_registry_max_hosts_is_bounded():
     """max_hosts stops at a million."""
     with pytest.raises(ConfigError) as raised:

@@ -7,6 +7,7 @@ import requests
 import responses
 
 from resilient_session._pipeline.attempt import (
+    ANSWERED,
     UNDECIDED,
     Attempt,
     Decision,
@@ -109,10 +110,24 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
     assert outcome._asdict() == {
         "response": outcome.response,
         "error": None,
-        "decision": UNDECIDED,
+        "decision": ANSWERED,
         "refused": None,
-        "breaker": None,
+        "breaker": BreakerState.CLOSED,
         "fallback": None,
     }
     assert outcome.response.content == b"ok"
+    adapter.close()
+
+
+@responses.activate
+def test_the_transports_outcome_of_an_error_status_is_undecided(clock):
+    """Only an answer below 400 starts as the happy path's outcome; any other is left for
+    the stages to decide and for the breaker to mark."""
+    responses.get("http://svc.test/item", status=503)
+    adapter = ResilientAdapter(clock=clock)
+    request = requests.Request("GET", "http://svc.test/item").prepare()
+    outcome = adapter._transport(Attempt.first(start_call(request, adapter.registry)))
+    assert outcome.response is not None
+    assert outcome.response.status_code == 503
+    assert (outcome.decision, outcome.breaker) == (UNDECIDED, None)
     adapter.close()

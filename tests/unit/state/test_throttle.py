@@ -106,6 +106,27 @@ def test_tries_older_than_the_window_drop_out(clock):
     assert (throttle.snapshot().tries, throttle.ask()) == (0, None)
 
 
+def test_may_refuse_follows_the_failures_in_the_window(clock):
+    """may_refuse, read by the stage without the lock, is true exactly while the window's
+    failures exceed k - 1: failures raise it, successes leave it, the slide, a reset and the
+    fleet's counts move it."""
+    throttle = throttle_with(clock, 0, 0)
+    throttle.record(False)
+    assert throttle.may_refuse is False  # one failure: k - 1 = 1 is not exceeded
+    throttle.record(False)
+    assert throttle.may_refuse is True
+    for _ in range(5):
+        throttle.record(True)
+    assert throttle.may_refuse is True  # successes add as many tries as accepts
+    clock.advance(31.0)
+    throttle.snapshot()  # the slide empties the window
+    assert throttle.may_refuse is False
+    throttle.record(False)
+    throttle.record(False)
+    throttle.reset()
+    assert throttle.may_refuse is False
+
+
 def test_a_long_silence_empties_every_bucket(clock):
     """After more than a window without tries the window is empty, and counts start again."""
     throttle = throttle_with(clock, 100, 0)

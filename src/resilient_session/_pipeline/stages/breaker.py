@@ -50,7 +50,8 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
         report(attempt, transition)
-    return outcome.with_breaker(state)
+    # The transport's answer comes with a closed breaker: the usual case costs no copy.
+    return outcome if outcome.breaker is state else outcome.with_breaker(state)
 
 
 def report(attempt: Attempt, transition: Transition) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.attempt import (
+    ANSWERED,
+    Attempt,
+    Decision,
+    Outcome,
+    Reason,
+    Verdict,
+)
 from resilient_session._pipeline.backoff import full_jitter, overload_backoff, parse_retry_after
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
@@ -14,7 +21,7 @@ from resilient_session._state.meaning import Tier
 from resilient_session.clock import Clock
 from resilient_session.errors import DeadlineExceeded, is_connect_failure
 
-_SUCCESS = Decision(Verdict.SUCCESS, Reason.OK)
+_SUCCESS = ANSWERED
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
 
 
@@ -27,8 +34,9 @@ def decide_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     outcome = call_next(attempt)
     response = outcome.response
     if response is not None and response.status_code < 400 and outcome.error is None:
-        # The happy path, decided without the tiers: any 2xx or 3xx ends the call.
-        return outcome.with_decision(_SUCCESS)
+        # The happy path, decided without the tiers: any 2xx or 3xx ends the call. The
+        # transport's answer comes decided so (ANSWERED) unless a stage inside replaced it.
+        return outcome if outcome.decision is _SUCCESS else outcome.with_decision(_SUCCESS)
     decision = decide(attempt, outcome)
     if (
         decision.verdict is not Verdict.RETRY

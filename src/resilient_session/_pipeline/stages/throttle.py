@@ -16,7 +16,7 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
         return call_next(attempt)
     # A half-open breaker admits only probes, sent on purpose to test the host: refusing one
     # would only hand its slot to the next call. Its result still counts below.
-    if state.breaker.closed_admission is not None:
+    if throttle.may_refuse and state.breaker.closed_admission is not None:
         probability = throttle.ask()
         if probability is not None:
             error = ThrottledError(

@@ -44,8 +44,10 @@ class FleetThrottle(AdaptiveThrottle):
         with self._lock:
             self._others_tries = max(0, fleet_tries - own_tries)
             self._others_accepts = max(0, fleet_accepts - own_accepts)
+            self._weigh()
 
     def isolate(self) -> None:
         """The fleet is out of reach: refuse from this worker's own window only."""
         with self._lock:
             self._others_tries = self._others_accepts = 0
+            self._weigh()

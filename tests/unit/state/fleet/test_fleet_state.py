@@ -198,6 +198,18 @@ def test_the_throttle_refuses_on_the_fleets_window(clock):
     assert throttle.exchange()[:2] == (0, 0)
 
 
+def test_the_fleets_failures_alone_let_the_throttle_refuse(clock):
+    """A worker that saw no failure of its own refuses once the fleet's window says so, and
+    stops once the fleet is out of reach."""
+    throttle = FleetThrottle(ThrottlePolicy(min_tries=1), clock, random.Random(0))
+    assert throttle.may_refuse is False
+    throttle.adopt(100, 0, 0, 0)
+    assert throttle.may_refuse is True
+    assert sum(throttle.ask() is not None for _ in range(100)) > 90
+    throttle.isolate()
+    assert (throttle.may_refuse, throttle.ask()) == (False, None)
+
+
 def test_a_throttle_reset_forgets_the_fleets_window_too(clock):
     """The breaker closing after a probe empties both windows."""
     throttle = FleetThrottle(ThrottlePolicy(min_tries=1), clock, random.Random(0))
