@@ -207,6 +207,29 @@ def test_check_shows_the_redis_state_backend_without_its_password(capsys, tmp_pa
     assert yaml.safe_load(out)["breaker"]["failure_threshold"] == 20
 
 
+@pytest.mark.parametrize(
+    ("state", "where"),
+    [
+        (
+            "  mode: cluster\n  url: rediss://:s3cret@10.0.0.7:7000\n",
+            "redis cluster from rediss://10.0.0.7:7000",
+        ),
+        (
+            "  mode: sentinel\n  url: redis://:s3cret@orders/0\n  service_name: orders\n"
+            "  sentinels: [[10.0.0.7, 26379], [10.0.0.8, 26379]]\n  sentinel_password: s3cret\n",
+            "redis master 'orders' named by sentinels 10.0.0.7:26379, 10.0.0.8:26379",
+        ),
+    ],
+)
+def test_check_names_a_cluster_or_the_sentinels_without_a_password(capsys, tmp_path, state, where):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"state:\n  backend: redis\n{state}", encoding="utf-8")
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith(f"state: {where}, key prefix 'resilient-session:', ")
+    assert "s3cret" not in out
+
+
 def test_check_host_prints_the_merged_policy_as_yaml(capsys, config_file):
     """--host api.example.com gives its failure_threshold 3 over the defaults' max_attempts 3."""
     assert main(["check", str(config_file), "--host", "api.example.com"]) == 0

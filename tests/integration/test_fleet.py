@@ -26,6 +26,7 @@ from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
 from resilient_session._state.fleet.budget import FleetBucket
 from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
+from resilient_session._state.fleet.link import ServerLink
 from resilient_session._state.fleet.lua import SYNC
 from resilient_session._state.fleet.redis_backend import RedisBackend
 from resilient_session._state.registry import HostRegistry
@@ -576,10 +577,15 @@ def test_close_never_raises_a_redis_error(redis_server, key_prefix, upstream, mo
     def deadlocked(*args: object, **kwargs: object) -> None:
         raise redis.exceptions.ChildDeadlockedError
 
-    monkeypatch.setattr(backend._client.connection_pool, "disconnect", deadlocked)
+    link = backend._link
+    assert isinstance(link, ServerLink)
+    monkeypatch.setattr(link.client.connection_pool, "disconnect", deadlocked)
     session.close()
     assert backend.closed
     assert not backend._thread.is_alive()
+    # The connections the refused close() left open, closed: none is left to the collector.
+    monkeypatch.undo()
+    link.client.connection_pool.disconnect()
 
 
 def test_a_flushed_redis_rebuilt_by_a_probing_worker_keeps_the_fleet_open(redis_server, key_prefix):

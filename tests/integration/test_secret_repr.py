@@ -179,9 +179,20 @@ def _instances(
         if spy.states:
             break
         resilient_session.SYSTEM_CLOCK.sleep(0.005)
+    # The sentinels' password, planted in a sentinel-mode config and a session built on it.
+    sentinel_state = {
+        "mode": "sentinel",
+        "sentinels": [["127.0.0.1", _closed_port()]],
+        "service_name": "fleet",
+        "sentinel_password": SECRETS[0],
+    }
+    sentinel_loaded = config.load(_configured(tmp_path, **sentinel_state))
+    sentinel_session = ResilientSession(_configured(tmp_path, backend="redis", **sentinel_state))
     clock = FakeClock()
     health = session.health()
     built: dict[str, object] = {
+        "Config(sentinel)": sentinel_loaded,
+        "ResilientSession(sentinel)": sentinel_session,
         "Config": loaded,
         "ConfigDocument": config.ConfigDocument(state=loaded.state),
         "StatePolicy": loaded.state,
@@ -230,6 +241,7 @@ def _instances(
             yield built
     finally:
         session.close()
+        sentinel_session.close()
 
 
 # Classes with no instance of their own to show: a protocol, and the enums (whose members are
@@ -262,6 +274,8 @@ def test_no_public_object_shows_a_secret(tmp_path, harness):
             assert "ConcurrencyLimitError" in built
             # The store's URL reached the objects scanned, whole, where it is needed.
             assert built["StatePolicy"].url == STORE_URL  # type: ignore[attr-defined]
+            sentinel_state = built["Config(sentinel)"].state  # type: ignore[attr-defined]
+            assert sentinel_state.sentinel_password == SECRETS[0]
             leaks = [
                 leak for name, value in {**public, **built}.items() for leak in _leaks(value, name)
             ]

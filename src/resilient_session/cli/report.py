@@ -99,8 +99,17 @@ def state_text(policy: StatePolicy) -> str:
         return "state: memory (each process keeps its own breakers, budgets and throttles)"
     # The URL may carry a password: never printed.
     url = printable(redact_store_url(policy.url))
+    where = f"redis at {url}"
+    if policy.mode == "cluster":
+        where = f"redis cluster from {url}"
+    elif policy.mode == "sentinel":
+        sentinels = ", ".join(f"{host}:{port}" for host, port in policy.sentinels)
+        where = (
+            f"redis master {printable(repr(policy.service_name))} named by sentinels "
+            f"{printable(sentinels)}"
+        )
     return (
-        f"state: redis at {url}, key prefix {printable(repr(policy.key_prefix))}, "
+        f"state: {where}, key prefix {printable(repr(policy.key_prefix))}, "
         f"timeout {policy.timeout_ms} ms, sync every {policy.sync_interval_ms} ms "
         "(breakers, budgets and throttles shared by every process using it)"
     )

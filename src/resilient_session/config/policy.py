@@ -11,7 +11,9 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
-from resilient_session._observe.redact import redact_store_url
+from resilient_session._observe.redact import REDACTED, redact_store_url
+
+from .store import check_state
 
 # Every number is finite and bounded, so no value can overflow a computation or a container
 # later, in the middle of a call. A day caps any duration; docs/configuration.md says why each
@@ -22,6 +24,13 @@ Seconds: TypeAlias = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 Status: TypeAlias = Annotated[int, msgspec.Meta(ge=100, le=599)]
 # An IPv4 or IPv6 network in CIDR notation, or one address; the longest IPv6 one is 43.
 Network: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+# A sentinel's [host, port]; a host has no whitespace, a path or userinfo.
+SentinelAddress: TypeAlias = tuple[
+    Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^\s/@]+$")],
+    Annotated[int, msgspec.Meta(ge=1, le=65_535)],
+]
+FilePath: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 # RFC 9110 section 5.6.2: a field name is a token.
 HeaderName: TypeAlias = Annotated[
@@ -252,6 +261,21 @@ class StatePolicy(StrictStruct, frozen=True):
     # Every Redis command gets one try within this; a call never waits on it (docs/fleet.md).
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 20
     sync_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 100
+    # The kind of Redis deployment: one server, a Redis Cluster, or a master the sentinels
+    # name (docs/fleet.md, "Cluster, Sentinel and TLS"); store.py checks the keys between them.
+    mode: Literal["single", "cluster", "sentinel"] = "single"
+    sentinels: Annotated[tuple[SentinelAddress, ...], msgspec.Meta(max_length=64)] = ()
+    service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    sentinel_password: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    # TLS, with a rediss:// url: the names are redis-py's own.
+    ssl_ca_certs: FilePath | None = None
+    ssl_certfile: FilePath | None = None
+    ssl_keyfile: FilePath | None = None
+    ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
+    ssl_check_hostname: bool = True
+
+    def __post_init__(self) -> None:
+        check_state(self)
 
     # The URL may carry the store's password (docs/fleet.md): every way Python shows the
     # policy, and the Config holding it, prints the URL without its userinfo or secret values.
@@ -260,7 +284,13 @@ class StatePolicy(StrictStruct, frozen=True):
         return f"{type(self).__name__}({shown})"
 
     def __rich_repr__(self) -> list[tuple[str, Any]]:
-        return [
-            (name, redact_store_url(self.url) if name == "url" else getattr(self, name))
-            for name in self.__struct_fields__
-        ]
+        return [(name, _shown_state(self, name)) for name in self.__struct_fields__]
+
+
+def _shown_state(policy: StatePolicy, name: str) -> Any:
+    value = getattr(policy, name)
+    if name == "url":
+        return redact_store_url(value)
+    if name == "sentinel_password" and value is not None:
+        return REDACTED
+    return value

@@ -132,10 +132,15 @@ def describe(message: str, prefix: Path, data: Any) -> str:
         return f"{dotted((*prefix, *keys))}: {_cut(printable(named.group('msg')))}"
     value = _lookup(data, keys)
     text = _cut(printable(_plain(msg)))
-    if value is _MISSING:
+    if value is _MISSING or _secret((*prefix, *keys)):
         return f"{dotted((*prefix, *keys))}: {text}"
     joint = " " if "got" in text else ", got "
     return f"{dotted((*prefix, *keys))}: {text}{joint}{shown(value)}"
+
+
+def _secret(path: Path) -> bool:
+    # state.sentinel_password: its value is never shown, right or wrong.
+    return bool(path) and isinstance(path[-1], str) and path[-1].endswith("password")
 
 
 def _split_path(path: str) -> list[str | int]:

@@ -16,6 +16,7 @@ from resilient_session.config.policy import HostPolicy
 
 from .breaker import BreakerReport, FleetBreaker, StateCode
 from .budget import FleetBucket
+from .keys import HostKeys, host_keys
 from .lua import CORRECTED_BREAKER, CORRECTED_BUDGET, CORRECTED_THROTTLE, CORRECTED_WORKERS
 from .throttle import FleetThrottle
 
@@ -39,7 +40,7 @@ class SyncedHost:
     # The host's concurrency limit, when enabled: its tries in flight keep the host in use.
     limit: ConcurrencyLimit | None
     policy: HostPolicy
-    keys: tuple[str, str, str, str]
+    keys: HostKeys
     ttl_ms: int
 
     @classmethod
@@ -52,9 +53,11 @@ class SyncedHost:
         bucket: FleetBucket,
         throttle: FleetThrottle | None,
         limit: ConcurrencyLimit | None = None,
+        *,
+        tagged: bool = False,
     ) -> SyncedHost:
-        """The keys are *prefix* + host *key* + a suffix (docs/fleet.md lists them)."""
-        base = prefix + key
+        """The keys are *prefix* + host *key* + a suffix (docs/fleet.md lists them), the host
+        key as a hash tag when *tagged* (a Redis Cluster: ``keys.host_keys``)."""
         longest = max(policy.breaker.recovery_timeout_max, policy.throttle.window)
         return cls(
             key,
@@ -63,7 +66,7 @@ class SyncedHost:
             throttle,
             limit,
             policy,
-            (base + ":breaker", base + ":budget", base + ":throttle", base + ":workers"),
+            host_keys(prefix, key, tagged=tagged),
             max(_MIN_TTL_MS, round(2000 * longest)),
         )
 

@@ -3,8 +3,9 @@
 A per-session daemon thread does every Redis round trip: every ``sync_interval_ms``, and at
 once when a failure may open a breaker, it sends each host in use its batch (the failures,
 successes, deposits, withdrawals and throttle counts since the last sync) and reads the
-fleet's state back, all in one pipeline of one Lua script call per host; idle hosts are read
-a few at a time (``roster`` says which hosts a sync sends). A call only ever reads local
+fleet's state back, one Lua script call per host, all in one pipeline (in a Redis Cluster, one
+per master: ``slots``); idle hosts are read a few at a time (``roster`` says which hosts a
+sync sends). A call only ever reads local
 fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
 guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
 per outage. docs/fleet.md says what is kept where and what is promised.
@@ -12,7 +13,6 @@ per outage. docs/fleet.md says what is kept where and what is promised.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import random
@@ -21,22 +21,17 @@ import uuid
 import weakref
 from typing import Any, Final
 
-import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
-from redis.retry import Retry
-
 from resilient_session._observe.hooks import BackendChange, StateChange
-from resilient_session._observe.redact import redact_store_message, redact_store_url
+from resilient_session._observe.redact import redact_store_url
 from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
 from resilient_session._state.interface import Guards, Held, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
-from resilient_session.errors import ConfigError
 
 from . import sync_thread
 from .breaker import FleetBreaker
 from .budget import FleetBucket
+from .connect import open_link
 from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
 from .lua import (
     CORRECTED_BREAKER,
@@ -46,6 +41,7 @@ from .lua import (
     SYNC,
 )
 from .roster import Roster
+from .slots import UNREACHED
 from .throttle import FleetThrottle
 
 # A worker is counted in a host's budget split while it synced within this many intervals.
@@ -82,7 +78,8 @@ class RedisBackend:
         rng: the guards' random source (the throttle's draws).
 
     Raises:
-        ConfigError: ``state.url`` is not a URL redis-py can connect with.
+        ConfigError: ``state.url`` is not a URL redis-py can connect with, or a TLS file
+            named cannot be read.
     """
 
     name = "redis"
@@ -107,25 +104,17 @@ class RedisBackend:
         self._alive_ms = max(_MIN_ALIVE_MS, _ALIVE_INTERVALS * policy.sync_interval_ms)
         self._outage_after = max(_MIN_OUTAGE, _OUTAGE_INTERVALS * policy.sync_interval_ms / 1000)
         self._url_shown = redact_store_url(policy.url)
-        timeout = policy.timeout_ms / 1000
-        try:
-            # One attempt within timeout_ms: redis-py's default retries with backoff alone
-            # would outlast it.
-            self._client: redis.Redis = redis.Redis.from_url(
-                policy.url,
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 0),
-                retry_on_timeout=False,
-                health_check_interval=0,
-            )
-        except ValueError as exc:
-            raise ConfigError(f"state.url: {redact_store_message(str(exc), policy.url)}") from None
-        self._script = self._client.register_script(SYNC)
+        # One server, a cluster or the sentinels' master: connect.py builds redis-py's client.
+        self._link = open_link(policy, SYNC)
         self._source: HostsNow = list
         # A host stays in use as long as a worker that stopped calling it stays counted in
         # its budget split: a worker calling a host now and then is not dropped in between.
-        self._roster = Roster(policy.key_prefix, self._alive_ms / 1000, SYSTEM_CLOCK)
+        self._roster = Roster(
+            policy.key_prefix,
+            self._alive_ms / 1000,
+            SYSTEM_CLOCK,
+            tagged=policy.mode == "cluster",
+        )
         # Held for each sync, and by a fork for its duration: a sync takes the registry's,
         # the guards' and redis-py's locks, and one held at a fork stays held in the child.
         self._syncing = threading.Lock()
@@ -199,10 +188,7 @@ class RedisBackend:
         self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
-        # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must
-        # not reach the caller either.
-        with contextlib.suppress(Exception):
-            self._client.close()
+        self._link.close()
 
     def after_fork(self) -> None:
         """In a forked child: the parent's thread did not come along; start this worker's,
@@ -240,12 +226,23 @@ class RedisBackend:
             self._degrade(error, hosts, batches)
             return
         refusals = [reply for reply in replies if isinstance(reply, Exception)]
+        lost = [isinstance(reply, UNREACHED) for reply in replies]
         if len(refusals) == len(replies):
             # A Redis that answers but refuses every script (out of memory, a read-only
             # replica, a script it cannot run) shares nothing: an outage like a dead one.
-            self._degrade(refusals[0], hosts, batches)
+            first = next((r for r, gone in zip(replies, lost, strict=True) if gone), refusals[0])
+            self._degrade(first, hosts, batches)
             return
-        for host, batch, reply in zip(hosts, batches, replies, strict=True):
+        if any(lost):
+            # A cluster master out of reach: its hosts' syncs failed, the others' did not.
+            # First, as an outage that begins sets every host to count on its own.
+            gone = [index for index, flag in enumerate(lost) if flag]
+            self._degrade(replies[gone[0]], [hosts[i] for i in gone], [batches[i] for i in gone])
+        reached = []
+        for host, batch, reply, unreached in zip(hosts, batches, replies, lost, strict=True):
+            if unreached:
+                continue
+            reached.append(host)
             if isinstance(reply, Exception):
                 # A key of the wrong type: that host runs on its own state until a good
                 # reply comes, not on a fleet's run of failures it can no longer read.
@@ -254,8 +251,9 @@ class RedisBackend:
                 corrected = take_in(host, batch, reply, self._noted.append)
                 if corrected and host.breaker.host not in self._corrected:
                     self._report_corrected(host.breaker.host, corrected)
-        roster.read(hosts)
-        self._restore()
+        roster.read(reached)
+        if not any(lost):
+            self._restore()
 
     def _report_corrected(self, key: str, corrected: int) -> None:
         """One ``state.corrected`` per host and process: values under the prefix that no
@@ -271,29 +269,11 @@ class RedisBackend:
         )
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
-        """One EVALSHA per host in one pipeline, one round trip. A server that lost the script
-        (restarted, SCRIPT FLUSH) answers NOSCRIPT to all of them, and ran none: the script is
-        loaded through its ``Script`` object and those hosts' batches are sent again."""
-        replies = self._pipeline(hosts, batches)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            self._script.sha = self._client.script_load(self._script.script)
-            again = self._pipeline([hosts[i] for i in missing], [batches[i] for i in missing])
-            for index, reply in zip(missing, again, strict=True):
-                replies[index] = reply
-        return replies
-
-    def _pipeline(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
-        # Not the Script object's own pipeline support: it asks SCRIPT EXISTS first, a second
-        # round trip on every sync.
-        pipe = self._client.pipeline(transaction=False)
-        try:
-            for host, batch in zip(hosts, batches, strict=True):
-                pipe.evalsha(self._script.sha, len(host.keys), *host.keys, *batch.args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            return replies
-        finally:
-            pipe.reset()
+        """One call of the script per host: in one pipeline to one server, or one pipeline per
+        cluster master (``link`` and ``slots``)."""
+        return self._link.run(
+            [(host.keys, batch.args) for host, batch in zip(hosts, batches, strict=True)]
+        )
 
     def _degrade(self, error: Exception, hosts: list[SyncedHost], batches: list[Batch]) -> None:
         now = SYSTEM_CLOCK.monotonic()

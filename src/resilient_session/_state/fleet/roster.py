@@ -48,10 +48,12 @@ class Roster:
         prefix: ``state.key_prefix``.
         warm: seconds a host stays in use after its last counted try.
         clock: the clock in use and idleness are measured on.
+        tagged: each host's keys carry it as a hash tag (``mode: cluster``).
     """
 
-    def __init__(self, prefix: str, warm: float, clock: Clock) -> None:
+    def __init__(self, prefix: str, warm: float, clock: Clock, *, tagged: bool = False) -> None:
         self._prefix = prefix
+        self._tagged = tagged
         self._warm = warm
         self._clock = clock
         self.hosts: dict[str, SyncedHost] = {}
@@ -114,7 +116,14 @@ class Roster:
                     continue
                 fleet_throttle = throttle if isinstance(throttle, FleetThrottle) else None
                 host = SyncedHost.of(
-                    key, self._prefix, policy, breaker, bucket, fleet_throttle, limit
+                    key,
+                    self._prefix,
+                    policy,
+                    breaker,
+                    bucket,
+                    fleet_throttle,
+                    limit,
+                    tagged=self._tagged,
                 )
                 self._used[key] = now
             hosts[key] = host

@@ -238,7 +238,11 @@ def test_the_redis_backend_without_redis_py_names_state_backend(monkeypatch, clo
     """Without redis-py installed, a session selecting the redis backend fails at
     construction with a ConfigError naming state.backend and the extra to install."""
     monkeypatch.setitem(sys.modules, "redis", None)
-    monkeypatch.delitem(sys.modules, "resilient_session._state.fleet.redis_backend", raising=False)
+    # Every module of the fleet package imported before is imported again, without redis-py.
+    for name in [
+        name for name in sys.modules if name.startswith("resilient_session._state.fleet.")
+    ]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ConfigError) as raised:
         ResilientSession({"state": {"backend": "redis"}}, clock=clock)
     message = str(raised.value)
