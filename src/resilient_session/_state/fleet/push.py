@@ -3,7 +3,7 @@
 A worker reads the fleet's state at its syncs. An opening is pushed besides: the script that
 makes it publishes it (``lua.SYNC``) on a channel under the key prefix, and each session's
 listener thread, subscribed to that channel, hands it to its backend, which opens the host's
-breaker at once and wakes the sync. A push is a head start, never the only way in: one
+breaker at once. A push is a head start, never the only way in: one
 missed (the listener reconnecting, Redis gone) is read at the next sync of a host in use, and
 each idle host is read once when the listener is subscribed again. The listener logs nothing
 and no call waits on it: a Redis that is down or paused costs it a reconnect now and then.
@@ -12,11 +12,10 @@ and no call waits on it: a Redis that is down or paused costs it a reconnect now
 from __future__ import annotations
 
 import contextlib
-import threading
 import weakref
 from typing import Any, Final, NamedTuple, Protocol
 
-from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.clock import SYSTEM_CLOCK, Clock
 
 THREAD_NAME: Final = "resilient-session-state-push"
 
@@ -75,6 +74,14 @@ def _count(text: str) -> bool:
     return 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()
 
 
+class Stop(Protocol):
+    """When the thread ends (a ``threading.Event``), and how it waits between connections."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 class Listener(Protocol):
     """What the thread needs of the backend it listens for."""
 
@@ -88,76 +95,82 @@ class Listener(Protocol):
         """An opening pushed; never raises."""
 
 
-def run(ref: weakref.ref[Listener], stop: threading.Event, name: str) -> None:
+def run(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock = SYSTEM_CLOCK) -> None:
     """Listen on channel *name* until *stop* is set or the backend is collected, subscribing
     again, backed off, after every lost connection."""
     retry = _RETRY_FIRST
     while not stop.is_set():
-        heard = _connection(ref, stop, name)
+        heard = _connection(ref, stop, name, clock)
         if heard is None:
             return
         retry = _RETRY_FIRST if heard else min(2 * retry, _RETRY_LAST)
         stop.wait(retry)
 
 
-def _connection(ref: weakref.ref[Listener], stop: threading.Event, name: str) -> bool | None:
+def _connection(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock) -> bool | None:
     """One connection's life, from subscribing to its loss; whether its subscription was
     heard, or None once the backend is collected."""
     listener = ref()
     if listener is None:
         return None
-    pubsub = None
-    heard = False
+    subscription = None
     try:
-        pubsub = listener.pubsub()
+        subscription = _Subscription(listener.pubsub(), clock)
         # Not held while listening, so a session dropped without close() is still collected.
         del listener
-        heard = _listen(ref, stop, pubsub, name)
+        subscription.listen(ref, stop, name)
     except Exception:  # noqa: BLE001, S110 - a lost connection; the syncs read what it missed
         pass
     finally:
-        _close(pubsub)
+        if subscription is not None:
+            _close(subscription.pubsub)
     listener = ref()
     if listener is None:
         return None
     listener.listening(False)
-    return heard
+    return subscription is not None and subscription.heard
 
 
-def _listen(ref: weakref.ref[Listener], stop: threading.Event, pubsub: Any, name: str) -> bool:
-    """Subscribe with *pubsub* and hand each opening heard to the listener, until *stop*, the
-    listener collected, or a silence nothing answers; raises on a failed read. True once the
-    subscription was heard."""
-    clock = SYSTEM_CLOCK
-    pubsub.subscribe(name)
-    heard = pinged = False
-    heard_at = clock.monotonic()
-    while not stop.is_set():
-        message = pubsub.get_message(timeout=POLL)
-        listener = ref()
-        if listener is None:
-            return heard
-        now = clock.monotonic()
-        if message is None:
+class _Subscription:
+    """One connection subscribed to the channel, and whether its subscription was heard."""
+
+    def __init__(self, pubsub: Any, clock: Clock) -> None:
+        self.pubsub = pubsub
+        self.heard = False
+        self._clock = clock
+
+    def listen(self, ref: weakref.ref[Listener], stop: Stop, name: str) -> None:
+        """Subscribe and hand each opening heard to the listener, until *stop*, the listener
+        collected, or a silence nothing answers; raises on a failed read."""
+        pubsub, clock = self.pubsub, self._clock
+        pubsub.subscribe(name)
+        pinged = False
+        heard_at = clock.monotonic()
+        while not stop.is_set():
+            message = pubsub.get_message(timeout=POLL)
+            listener = ref()
+            if listener is None:
+                return
+            now = clock.monotonic()
+            if message is None:
+                del listener
+                if not self.heard or pinged:
+                    if now - heard_at >= _ANSWER_WITHIN:
+                        return
+                elif now - heard_at >= _PING_AFTER:
+                    pubsub.ping()
+                    pinged, heard_at = True, now
+                continue
+            heard_at, pinged = now, False
+            kind = message.get("type")
+            if kind == "message":
+                pushed = parse(message.get("data"))
+                if pushed is not None:
+                    listener.hear(pushed)
+            elif kind == "subscribe" and not self.heard:
+                self.heard = True
+                listener.listening(True)
             del listener
-            if not heard or pinged:
-                if now - heard_at >= _ANSWER_WITHIN:
-                    return heard
-            elif now - heard_at >= _PING_AFTER:
-                pubsub.ping()
-                pinged, heard_at = True, now
-            continue
-        heard_at, pinged = now, False
-        kind = message.get("type")
-        if kind == "message":
-            pushed = parse(message.get("data"))
-            if pushed is not None:
-                listener.hear(pushed)
-        elif kind == "subscribe" and not heard:
-            heard = True
-            listener.listening(True)
-        del listener
-    return heard
 
 
 def _close(pubsub: Any) -> None:

@@ -267,19 +267,21 @@ class RedisBackend:
             self._wake.set()
 
     def hear(self, pushed: push.Pushed) -> None:
-        """An opening the fleet pushed: the host's breaker follows it at once, and the sync
-        thread is woken to send this worker's batch and read the rest. Not while degraded:
-        the guards count on their own until Redis answers the syncs again."""
+        """An opening the fleet pushed: the host's breaker follows it at once. Not while
+        degraded: the guards count on their own until Redis answers the syncs again.
+
+        The sync thread is not woken for it: the opening is all there is to know now, the
+        next sync reads the rest, and every worker syncing at the instant of a push would take
+        the CPU that the workers yet to hear it need.
+        """
         host = self._roster.hosts.get(pushed.host)
         if host is None or self._closed or self._degraded_at is not None:
             return
         limit = host.policy.breaker.recovery_timeout_max
         transition = host.breaker.hear(pushed.generation, min(pushed.open_for_ms / 1000, limit))
-        if transition is None:
-            return
-        self._wake.set()
-        # Under no lock, as the sync reports what it noted.
-        self._report.tell([transition])
+        if transition is not None:
+            # Under no lock, as the sync reports what it noted.
+            self._report.tell([transition])
 
     # -- the sync thread's side ----------------------------------------------------------------
 
