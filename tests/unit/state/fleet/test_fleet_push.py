@@ -90,6 +90,10 @@ def _breaker(clock: FakeClock, threshold: int = 5) -> FleetBreaker:
     return FleetBreaker(HOST, policy, clock, random.Random(0), lambda: None)
 
 
+def _state(breaker: FleetBreaker) -> BreakerState:
+    return breaker.state
+
+
 def _record(breaker: FleetBreaker, result: TryResult) -> None:
     permit, _ = breaker.allow()
     assert permit is not None
@@ -113,7 +117,7 @@ def test_a_push_no_newer_than_what_the_breaker_knows_changes_nothing(clock):
     breaker.adopt(StateCode.CLOSED, 0.0, generation=5)
     assert breaker.hear(generation=5, open_for=30.0) is None
     assert breaker.hear(generation=4, open_for=30.0) is None
-    assert breaker.state is BreakerState.CLOSED
+    assert _state(breaker) is BreakerState.CLOSED
 
 
 def test_a_sync_reply_older_than_a_push_heard_meanwhile_is_not_followed(clock):
@@ -125,10 +129,10 @@ def test_a_sync_reply_older_than_a_push_heard_meanwhile_is_not_followed(clock):
     breaker.exchange()
     breaker.hear(generation=5, open_for=30.0)
     assert breaker.adopt(StateCode.CLOSED, 0.0, generation=4) is None
-    assert breaker.state is BreakerState.OPEN
+    assert _state(breaker) is BreakerState.OPEN
     breaker.exchange()
     assert breaker.adopt(StateCode.OPEN, 29.9, generation=5) is None
-    assert breaker.state is BreakerState.OPEN
+    assert _state(breaker) is BreakerState.OPEN
 
 
 def test_a_forged_push_is_undone_by_the_next_sync(clock):
@@ -137,11 +141,11 @@ def test_a_forged_push_is_undone_by_the_next_sync(clock):
     breaker = _breaker(clock)
     breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
     breaker.hear(generation=2**52, open_for=30.0)
-    assert breaker.state is BreakerState.OPEN
+    assert _state(breaker) is BreakerState.OPEN
     breaker.exchange()
     transition = breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
     assert transition is not None
-    assert breaker.state is BreakerState.CLOSED
+    assert _state(breaker) is BreakerState.CLOSED
 
 
 def test_a_pushed_opening_overtakes_a_probes_closing_not_yet_sent(clock):
@@ -152,9 +156,9 @@ def test_a_pushed_opening_overtakes_a_probes_closing_not_yet_sent(clock):
     breaker.exchange()
     clock.advance(2.0)
     _record(breaker, TryResult.SUCCESS)
-    assert breaker.state is BreakerState.CLOSED
+    assert _state(breaker) is BreakerState.CLOSED
     breaker.hear(generation=6, open_for=4.0)
-    assert breaker.state is BreakerState.OPEN
+    assert _state(breaker) is BreakerState.OPEN
     assert breaker.exchange().change is Change.NONE
 
 
@@ -239,7 +243,9 @@ class Connection:
             raise step
         if step is None:
             self.clock.advance(timeout)
-        return step
+            return None
+        message: dict[str, Any] = step
+        return message
 
     def close(self) -> None:
         self.closed = True
@@ -368,7 +374,7 @@ def test_the_thread_ends_when_its_backend_is_collected(clock):
             """Nothing to note."""
 
     holder = [Alone()]
-    ref = weakref.ref(holder[0])
+    ref: weakref.ref[push.Listener] = weakref.ref(holder[0])
     scripted = connection.get_message
 
     def get_message(timeout: float) -> dict[str, Any] | None:
