@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from resilient_session import CircuitOpenError, ResilientSession
-from resilient_session._observe.hooks import StateChange, TryRecord, TrySending
+from resilient_session._observe.hooks import StateChange, TryHook, TryRecord, TrySending
 from resilient_session._state.breaker import TryResult
 from resilient_session._state.fleet import push
 from resilient_session._state.fleet.redis_backend import RedisBackend
@@ -98,7 +98,7 @@ def sessions() -> Iterator[Callable[..., ResilientSession]]:
     """``sessions(config, *hooks)``: a session, closed when the test ends."""
     made: list[ResilientSession] = []
 
-    def make(config: dict[str, Any], *hooks: object) -> ResilientSession:
+    def make(config: dict[str, Any], *hooks: TryHook) -> ResilientSession:
         session = ResilientSession(config, try_hooks=list(hooks))
         made.append(session)
         return session
@@ -210,15 +210,15 @@ def test_a_push_missed_is_caught_by_the_next_sync_and_the_listener_comes_back_qu
         for session in (failing, following):
             assert session.get(upstream.url("/")).status_code == 200
         _wait_until(_subscribed(admin, key_prefix, 2))
-        admin.execute_command("ACL", "SETUSER", "default", "-subscribe")
-        admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        admin.acl_setuser("default", enabled=True, commands=["-subscribe"])
+        admin.client_kill_filter(_type="pubsub")
         _wait_until(_subscribed(admin, key_prefix, 0))
         for _ in range(THRESHOLD):
             failing.get(upstream.url("/down"))
         assert failing.health()[key].breaker.value == "open"
         _wait_until(lambda: following.health()[key].breaker.value == "open", timeout=1.0)
         assert heard.changes == [(key, "open", SYNC_THREAD)]
-        admin.execute_command("ACL", "SETUSER", "default", "+subscribe")
+        admin.acl_setuser("default", enabled=True, commands=["+subscribe"])
         _wait_until(_subscribed(admin, key_prefix, 2))
     finally:
         admin.close()
@@ -270,7 +270,7 @@ def test_idle_hosts_cost_no_sync_and_hear_an_opening_pushed(own_redis, key_prefi
 
         workers = [f"{key_prefix}http://h{n}.idle.test:80:workers" for n in range(hosts)]
         read_at = [admin.zscore(name, backend._worker) for name in workers]
-        admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        admin.client_kill_filter(_type="pubsub")
         # 100 idle reads a second at most: 300 hosts in about 3 s.
         _wait_until(
             lambda: all(
