@@ -287,7 +287,7 @@ class RedisBackend:
 
     def sync(self) -> None:
         """One round trip: the batches of the hosts in use out, the fleet's state in; idle
-        hosts a few at a time. Never raises."""
+        hosts only to catch up on pushes missed. Never raises."""
         with self._syncing:
             self._hurried = False
             self._sync()
