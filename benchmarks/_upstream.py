@@ -242,6 +242,10 @@ class Upstream:
             self.close()
             raise RuntimeError("the upstream process did not start") from None
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
     def url(self, stack: int = 0, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.ports[stack]}{path}"
 

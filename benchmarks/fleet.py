@@ -14,6 +14,11 @@ machine's) and a loopback upstream in a process of its own (benchmarks/_upstream
             benchmarks/overhead.py): a memory session and a redis session, its sync thread
             running against the real Redis, timed in interleaved batches; the median of the
             per-pair differences is the redis backend's added cost per call (target <= 20 us).
+  push      fleets of 8 and of 16 redis-backed workers at failure_threshold 5, round after
+            round on a host that goes down (benchmarks/_fleet_push.py). Measured: the tries
+            that left a worker after the fleet's first opening, before every worker fails fast
+            (target <= 2 in every round, at each fleet size), beside the tries already in
+            flight at that opening.
   faults    8 redis-backed workers calling a healthy upstream; Redis is killed for 5 s and
             restarted, then paused (SIGSTOP) for 5 s and resumed; then the upstream goes down.
             Measured: caller errors (target 0), state.degraded and state.restored events per
@@ -22,7 +27,7 @@ machine's) and a loopback upstream in a process of its own (benchmarks/_upstream
             timeout a sync in flight may still be waiting out), and the fleet's tries before
             every worker fails fast once the upstream goes down after it all.
 
-Usage: python benchmarks/fleet.py [--quick] [--only outage|cost|faults]
+Usage: python benchmarks/fleet.py [--quick] [--only outage|push|cost|faults]
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ from pathlib import Path
 from typing import Any
 
 from _common import canned_transport, table, verdict
+from _fleet_push import THRESHOLD as PUSH_THRESHOLD
+from _fleet_push import PushPlan
+from _fleet_push import measure as measure_push
 from _upstream import CALL_ID_HEADER, Phase, Upstream
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
@@ -81,10 +89,28 @@ class Plan:
     settle: float  # faults: seconds between the steps
     rounds: int  # cost: interleaved pairs of batches
     batch: int  # cost: calls per batch
+    push: PushPlan
 
 
-FULL = Plan(warmup=3.0, outage=4.0, down=5.0, settle=3.0, rounds=41, batch=2000)
-QUICK = Plan(warmup=2.0, outage=3.0, down=5.0, settle=2.0, rounds=15, batch=1000)
+FULL = Plan(
+    warmup=3.0,
+    outage=4.0,
+    down=5.0,
+    settle=3.0,
+    rounds=41,
+    batch=2000,
+    push=PushPlan(rounds=6, warmup=1.5, down=1.0),
+)
+QUICK = Plan(
+    warmup=2.0,
+    outage=3.0,
+    down=5.0,
+    settle=2.0,
+    rounds=15,
+    batch=1000,
+    push=PushPlan(rounds=3, warmup=1.5, down=1.0),
+)
+PUSH_FLEETS = (8, 16)
 
 
 # -- worker processes ------------------------------------------------------------------------
@@ -370,7 +396,7 @@ def _epoch(stamp: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases, fewer rounds")
-    parser.add_argument("--only", choices=("outage", "cost", "faults"))
+    parser.add_argument("--only", choices=("outage", "push", "cost", "faults"))
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     print(
@@ -437,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{memory_row['retries']} retries from {WORKERS} budgets"
             )
             holds += [ok_tries, ok_budget]
+        if args.only in (None, "push"):
+            holds.append(_push(plan.push, server.url))
         if args.only in (None, "cost"):
             result = cost(plan, server.url)
             print("\n## Healthy host: the redis backend's cost per call\n")
@@ -505,6 +533,56 @@ def main(argv: list[str] | None = None) -> int:
             )
             holds += [ok_errors, ok_events, ok_back, ok_protect]
     return 0 if all(holds) else 1
+
+
+def _push(plan: PushPlan, redis_url: str) -> bool:
+    """The push part: one row per fleet size; whether the target held in every round."""
+    results = {
+        workers: measure_push(plan, redis_url, workers, f"bench-push-{workers}:")
+        for workers in PUSH_FLEETS
+    }
+    print(
+        f"\n## Push: tries after the fleet's first opening, failure_threshold {PUSH_THRESHOLD}, "
+        f"{plan.rounds} rounds\n"
+    )
+
+    def each(rows: list[dict[str, Any]], name: str) -> str:
+        return " ".join(str(row[name]) for row in rows)
+
+    print(
+        table(
+            [
+                "workers",
+                "sent after it, per round",
+                "most",
+                "in flight at it, per round",
+                "tries before it",
+                "every worker open after it (max)",
+                "caller errors",
+            ],
+            [
+                [
+                    workers,
+                    each(rows, "sent_after"),
+                    max(row["sent_after"] for row in rows),
+                    each(rows, "in_flight"),
+                    each(rows, "before"),
+                    f"{max(row['all_open_after'] for row in rows) * 1000:.1f} ms",
+                    sum(row["errors"] for row in rows),
+                ]
+                for workers, rows in results.items()
+            ],
+        )
+    )
+    worst = max(row["sent_after"] for rows in results.values() for row in rows)
+    every_open = all(row["open"] == workers for workers, rows in results.items() for row in rows)
+    ok = worst <= 2 and every_open
+    print(
+        f"\nat most 2 tries sent after the fleet's first opening, in every round at "
+        f"{' and '.join(map(str, PUSH_FLEETS))} workers (most: {worst}), every worker open: "
+        f"{verdict(ok)}"
+    )
+    return ok
 
 
 def _ms(values: list[float]) -> str:

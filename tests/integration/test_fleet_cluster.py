@@ -6,12 +6,15 @@ slot."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session._observe.hooks import StateChange, TryRecord
+from resilient_session._state.fleet import push
 from resilient_session._state.fleet.keys import host_keys
 from resilient_session.testing._resp import ReplyError
 from resilient_session.testing.redis_cluster import ClusterNode, RedisClusterNodes
@@ -172,3 +175,56 @@ def test_a_slot_moved_mid_run_is_followed_through_ask_and_moved(
 def _now_ms(node: ClusterNode) -> str:
     seconds, micros = node.command("TIME")
     return str(int(seconds) * 1000 + int(micros) // 1000)
+
+
+def test_an_opening_is_pushed_to_every_worker_through_the_cluster(
+    redis_cluster: RedisClusterNodes,
+    key_prefix: str,
+    upstream: FlakyUpstream,
+) -> None:
+    """Syncs a minute apart, so only the push can tell: after one worker opens the host for
+    the fleet, the other, which saw no failure, hears the opening on the push listener's
+    thread and refuses its next call. The publish lands on one node; the listener may be
+    subscribed on another."""
+
+    class Heard:
+        def __init__(self) -> None:
+            self.changes: list[tuple[str, str]] = []
+
+        def on_try(self, record: TryRecord, /) -> None:
+            """Only state changes are watched."""
+
+        def on_transition(self, change: StateChange, /) -> None:
+            self.changes.append((change.to_state.value, threading.current_thread().name))
+
+    config = fleet_config(key_prefix, mode="cluster", url=redis_cluster.url)
+    config["state"]["sync_interval_ms"] = 60_000
+    heard = Heard()
+    first = ResilientSession(config)
+    follower = ResilientSession(config, try_hooks=[heard])
+    try:
+        for session in (first, follower):
+            assert session.get(upstream.url("/")).status_code == 200
+        channel = push.channel(key_prefix)
+        # Every listener subscribed, on whichever node: PUBSUB NUMSUB is per node.
+        wait_until(
+            lambda: (
+                sum(
+                    int(node.command("PUBSUB", "NUMSUB", channel)[1])
+                    for node in redis_cluster.alive()
+                )
+                == 2
+            ),
+            timeout=5.0,
+        )
+        upstream.script("/down", Reply(503))
+        for _ in range(THRESHOLD):
+            assert first.get(upstream.url("/down")).status_code == 503
+        key = host_key(upstream)
+        wait_until(lambda: follower.health()[key].breaker.value == "open", timeout=2.0)
+        assert heard.changes == [("open", push.THREAD_NAME)]
+        with pytest.raises(CircuitOpenError):
+            follower.get(upstream.url("/"))
+    finally:
+        first.close()
+        follower.close()

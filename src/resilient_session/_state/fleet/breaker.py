@@ -107,9 +107,13 @@ class FleetBreaker(CircuitBreaker):
         clock: Clock,
         rng: random.Random,
         wake: Callable[[], None],
+        hurry: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(host, policy, clock, rng)
         self._wake = wake
+        # What an opening made here calls instead: the fleet hears of it without the gap
+        # that keeps a host failing at random from waking the sync thread on every failure.
+        self._hurry = hurry if hurry is not None else wake
         # Its own lock, never held with the breaker's: the batch is not the state machine.
         self._batch_lock = threading.Lock()
         self._failure_run = 0
@@ -123,6 +127,9 @@ class FleetBreaker(CircuitBreaker):
         # The epoch at the last exchange: a state change since is not in the batch, and is
         # read under the breaker's lock, where a change and its epoch are made together.
         self._exchanged_epoch = 0
+        # The generation at the last exchange: a pushed opening heard since is newer than a
+        # reply to that batch may be.
+        self._exchanged_generation = 0
 
     def _after_closed_try(self, result: TryResult) -> Transition | None:
         transition = super()._after_closed_try(result)
@@ -147,9 +154,10 @@ class FleetBreaker(CircuitBreaker):
         state, transition = super().record(permit, result, sent, counted)
         if transition is not None:
             if transition.to_state is not _HALF_OPEN:
+                opened = transition.to_state is _OPEN
                 with self._batch_lock:
-                    self._change = Change.OPENED if transition.to_state is _OPEN else Change.CLOSED
-                self._wake()
+                    self._change = Change.OPENED if opened else Change.CLOSED
+                (self._hurry if opened else self._wake)()
         elif permit.probe or not sent or state is not _CLOSED:
             # A probe speaks through the change it makes; a stale result speaks for nothing.
             pass
@@ -177,6 +185,7 @@ class FleetBreaker(CircuitBreaker):
         with self._lock:
             state = self._state
             self._exchanged_epoch = self._epoch
+            self._exchanged_generation = self._generation
             now = self._clock.monotonic()
             open_for = 0.0
             if state is _OPEN:
@@ -205,23 +214,51 @@ class FleetBreaker(CircuitBreaker):
         *generation*, with a run of *failures*. Returns this breaker's transition, if it made
         one, to be logged."""
         with self._lock:
+            heard = self._generation != self._exchanged_generation
+            if heard and generation < self._generation:
+                # A pushed opening came in after this reply's batch went out, and the reply
+                # is older than it: the next sync reads the state again.
+                return None
             self._fleet_failures = failures
-            if generation == self._generation:
-                # Nothing new in the fleet; what this breaker did since is in its next batch.
+            transition, closed_here = self._take(state, open_for, generation)
+        return self._settle(state, transition, closed_here)
+
+    def hear(self, generation: int, open_for: float) -> Transition | None:
+        """Follow an opening the fleet pushed: open for *open_for* more seconds, as of
+        *generation*, unless this breaker knows that generation or a newer one already.
+        Returns this breaker's transition, if it made one, to be logged."""
+        with self._lock:
+            if generation <= self._generation:
                 return None
-            self._generation = generation
-            # Not the batch's change field: a caller notes its change there only after the
-            # breaker's lock is released, and the reply may come in between.
-            moved = self._epoch != self._exchanged_epoch
-            closed_here = moved and self._state is _CLOSED
-            if moved and self._state is _OPEN:
-                # This breaker opened after its batch went out, so the fleet's state does not
-                # know it yet: the opening goes out with the next batch, against this
-                # generation, rather than being undone by a state that predates it.
-                if state is StateCode.OPEN and self._state is _OPEN:
-                    self._open_until = self._clock.monotonic() + open_for
-                return None
-            transition = self._follow(state, open_for)
+            self._fleet_failures = 0
+            transition, closed_here = self._take(StateCode.OPEN, open_for, generation)
+        return self._settle(StateCode.OPEN, transition, closed_here)
+
+    def _take(
+        self, state: StateCode, open_for: float, generation: int
+    ) -> tuple[Transition | None, bool]:
+        """Under the lock: the fleet's *state* taken in, and whether a closing this breaker
+        made itself since its batch went out is overtaken by it."""
+        if generation == self._generation:
+            # Nothing new in the fleet; what this breaker did since is in its next batch.
+            return None, False
+        self._generation = generation
+        # Not the batch's change field: a caller notes its change there only after the
+        # breaker's lock is released, and the reply may come in between.
+        moved = self._epoch != self._exchanged_epoch
+        closed_here = moved and self._state is _CLOSED
+        if moved and self._state is _OPEN:
+            # This breaker opened after its batch went out, so the fleet's state does not
+            # know it yet: the opening goes out with the next batch, against this
+            # generation, rather than being undone by a state that predates it.
+            if state is StateCode.OPEN:
+                self._open_until = self._clock.monotonic() + open_for
+            return None, False
+        return self._follow(state, open_for), closed_here
+
+    def _settle(
+        self, state: StateCode, transition: Transition | None, closed_here: bool
+    ) -> Transition | None:
         if closed_here and state is StateCode.OPEN:
             # A newer opening outweighs this breaker's probe: its closing is not sent.
             with self._batch_lock:

@@ -100,8 +100,11 @@ class Batch:
         )
 
 
-def take_batch(host: SyncedHost, worker: str, alive_ms: int, jitter: random.Random) -> Batch:
-    """Everything the host's guards counted since the last sync, as ARGV of ``lua.SYNC``."""
+def take_batch(
+    host: SyncedHost, worker: str, alive_ms: int, jitter: random.Random, channel: str = ""
+) -> Batch:
+    """Everything the host's guards counted since the last sync, as ARGV of ``lua.SYNC``; an
+    opening the script makes is published on *channel* (none when empty)."""
     report = host.breaker.exchange()
     deposits, withdrawals = host.bucket.exchange()
     throttle = host.throttle
@@ -137,6 +140,8 @@ def take_batch(host: SyncedHost, worker: str, alive_ms: int, jitter: random.Rand
         repr(width_ms),
         buckets,
         report.run_age_ms,
+        channel,
+        host.key,
     )
     return Batch(report, deposits, withdrawals, tries, accepts, own_tries, own_accepts, args)
 

@@ -28,6 +28,9 @@ class Link(Protocol):
             Exception: the sync reached no host (the server is down, slow, unknown).
         """
 
+    def pubsub(self) -> Any:
+        """A new redis-py ``PubSub``, not yet subscribed, for the listener thread (``push``)."""
+
     def close(self) -> None:
         """Drop the connections; never raises."""
 
@@ -72,6 +75,9 @@ class ServerLink:
             return replies
         finally:
             pipe.reset()
+
+    def pubsub(self) -> Any:
+        return self.client.pubsub()
 
     def close(self) -> None:
         # On the caller's thread: a redis-py error here (a pool deadlocked by a fork) must

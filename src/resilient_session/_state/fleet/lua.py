@@ -22,6 +22,12 @@ ARGV:
   14 deposits    15 withdrawals    16 ratio    17 min_per_second    18 max_tokens
   19 throttle on (0/1)    20 tries    21 accepts    22 bucket width, ms    23 buckets
   24 ms since the first of the trailing failures (0 without)
+  25 the channel an opening is published on ('' publishes none)    26 the host, as named there
+
+An opening this script makes (a batch's failures bring the fleet's run to the threshold, or
+a worker's own opening is accepted) is published on ARGV[25] as ``<generation>:<open for
+ms>:<host>`` (``push`` reads it): every subscribed worker follows it at once, not at its
+next sync. PUBLISH names no key, so it goes to every subscriber in a cluster too.
 
 Returns: {breaker state, open for ms, generation, tokens (a string: Lua returns integers
 only), throttle tries, throttle accepts, workers alive, fleet failure run, corrected (a sum
@@ -120,6 +126,7 @@ if state == nil then
 end
 
 local throttle_reset = false
+local opened = false
 local change = tonumber(ARGV[9])
 -- A change made against an older generation lost a race and is dropped; a worker that had
 -- not synced yet (generation 0) raced no one.
@@ -131,6 +138,7 @@ if change ~= 0 and (known == generation or known == 0) then
     openings = openings + 1
     generation = generation + 1
     run = {}
+    opened = true
   elseif change == 2 and ran_out then
     state = 0
     openings = 0
@@ -175,6 +183,7 @@ if state == 0 then
     generation = generation + 1
     run = {}
     failures = 0
+    opened = true
   end
 else
   run = {}
@@ -186,6 +195,9 @@ redis.call('HSET', KEYS[1], 's', state, 'u', open_until, 'g', generation, 'f', f
 redis.call('PEXPIRE', KEYS[1], ttl)
 local open_for = 0
 if state == 1 then open_for = math.max(0, open_until - now) end
+if opened and (ARGV[25] or '') ~= '' then
+  redis.call('PUBLISH', ARGV[25], string.format('%d:%d:%s', generation, open_for, ARGV[26]))
+end
 
 -- The budget: one bucket, refilled by server time.
 local max_tokens = tonumber(ARGV[18])

@@ -4,15 +4,16 @@ A per-session daemon thread does every Redis round trip: every ``sync_interval_m
 once when a failure may open a breaker, it sends each host in use its batch (the failures,
 successes, deposits, withdrawals and throttle counts since the last sync) and reads the
 fleet's state back, one Lua script call per host, all in one pipeline (in a Redis Cluster, one
-per master: ``slots``); idle hosts are read a few at a time (``roster`` says which hosts a
-sync sends). A call only ever reads local
-fields, so a slow or dead Redis can never delay it, and every Redis error ends here: the
-guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so, once each
-per outage. docs/fleet.md says what is kept where and what is promised.
+per master: ``slots``); ``roster`` says which hosts a sync sends. A second thread listens for
+the openings the script publishes (``push``), so every worker follows one at once. A call only
+ever reads local fields, so a slow or dead Redis can never delay it, and every Redis error ends
+here: the guards go on as memory guards, and ``state.degraded`` / ``state.restored`` say so,
+once each per outage. docs/fleet.md says what is kept where and what is promised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -28,7 +29,7 @@ from resilient_session._state.interface import Guards, Held, HostsNow
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
 
-from . import sync_thread
+from . import push, sync_thread
 from .breaker import FleetBreaker
 from .budget import FleetBucket
 from .connect import open_link
@@ -106,6 +107,7 @@ class RedisBackend:
         self._url_shown = redact_store_url(policy.url)
         # One server, a cluster or the sentinels' master: connect.py builds redis-py's client.
         self._link = open_link(policy, SYNC)
+        self._channel = push.channel(policy.key_prefix)
         self._source: HostsNow = list
         # A host stays in use as long as a worker that stopped calling it stays counted in
         # its budget split: a worker calling a host now and then is not dropped in between.
@@ -122,22 +124,33 @@ class RedisBackend:
         _live.add(self)
 
     def _begin(self) -> None:
-        """Fresh synchronisation and a fresh thread: at construction and in a forked child."""
+        """Fresh synchronisation and fresh threads: at construction and in a forked child."""
         # Hosts whose corrected values were logged already.
         self._corrected: set[str] = set()
         self._wake = threading.Event()
+        self._stop = threading.Event()
         self._closed = False
+        self._hurried = False
         self._degraded_at: float | None = None
         self._failing_since: float | None = None
         self._failed_syncs = 0
         self._worker = uuid.uuid4().hex
+        self._subscription: Any = None
+        self._roster.pushed(False)
         self._thread = threading.Thread(
             target=sync_thread.run,
             args=(weakref.ref(self), self._wake, self._interval),
             name="resilient-session-state-sync",
             daemon=True,
         )
+        self._listener = threading.Thread(
+            target=push.run,
+            args=(weakref.ref(self), self._stop, self._channel),
+            name=push.THREAD_NAME,
+            daemon=True,
+        )
         self._thread.start()
+        self._listener.start()
 
     @property
     def degraded(self) -> bool:
@@ -146,6 +159,11 @@ class RedisBackend:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def hurried(self) -> bool:
+        """A breaker opened here since the last sync began: the fleet must hear of it now."""
+        return self._hurried
 
     def synced(self) -> list[str]:
         """The host keys kept in step as of the last sync, idle ones included."""
@@ -163,10 +181,25 @@ class RedisBackend:
             self._roster.touch(key)
             self._wake.set()
 
+    def _hurry(self, key: str) -> None:
+        """Sync now, host *key* included: its breaker opened here, and the sync that tells the
+        fleet is the one that pushes the opening to every other worker."""
+        if not self._closed:
+            self._hurried = True
+            self._roster.touch(key)
+            self._wake.set()
+
     def build(self, key: str, policy: HostPolicy) -> Guards:
         clock, rng = self._clock, self._rng
         return (
-            FleetBreaker(key, policy.breaker, clock, rng, functools.partial(self._touch, key)),
+            FleetBreaker(
+                key,
+                policy.breaker,
+                clock,
+                rng,
+                functools.partial(self._touch, key),
+                functools.partial(self._hurry, key),
+            ),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )
@@ -183,24 +216,66 @@ class RedisBackend:
         self._wake.set()
 
     def close(self) -> None:
-        """Stop the sync thread and drop the connections; the guards go on locally."""
+        """Stop the sync and listener threads and drop the connections; the guards go on
+        locally."""
         self._closed = True
+        self._stop.set()
         self._wake.set()
-        if self._thread is not threading.current_thread():
+        current = threading.current_thread()
+        if self._thread is not current:
             self._thread.join(timeout=1.0 + 2 * self._policy.timeout_ms / 1000)
         self._link.close()
+        # Dropping the connections also ends the listener's wait for a message.
+        if self._listener is not current:
+            self._listener.join(timeout=1.0 + push.POLL)
 
     def after_fork(self) -> None:
-        """In a forked child: the parent's thread did not come along; start this worker's,
-        with a worker id of its own, for the hosts the parent had."""
+        """In a forked child: the parent's threads did not come along; start this worker's,
+        with a worker id of its own, for the hosts the parent had. The parent's subscribed
+        socket is closed here, the child's copy only: it stays the parent's."""
+        with contextlib.suppress(Exception):
+            self._subscription.connection.disconnect()
         self._begin()
+
+    # -- the listener thread's side ------------------------------------------------------------
+
+    def pubsub(self) -> Any:
+        """A new ``PubSub`` of this backend's client, for the listener thread."""
+        # redis-py leaves pubsub() unannotated.
+        self._subscription = self._link.pubsub()
+        return self._subscription
+
+    def listening(self, live: bool) -> None:
+        """The listener's subscription was heard (*live*): openings are pushed, and the idle
+        hosts are read once for what was missed; or it was lost: they are read round robin."""
+        self._roster.pushed(live)
+        if live:
+            self._wake.set()
+
+    def hear(self, pushed: push.Pushed) -> None:
+        """An opening the fleet pushed: the host's breaker follows it at once. Not while
+        degraded: the guards count on their own until Redis answers the syncs again.
+
+        The sync thread is not woken for it: the opening is all there is to know now, the
+        next sync reads the rest, and every worker syncing at the instant of a push would take
+        the CPU that the workers yet to hear it need.
+        """
+        host = self._roster.hosts.get(pushed.host)
+        if host is None or self._closed or self._degraded_at is not None:
+            return
+        limit = host.policy.breaker.recovery_timeout_max
+        transition = host.breaker.hear(pushed.generation, min(pushed.open_for_ms / 1000, limit))
+        if transition is not None:
+            # Under no lock, as the sync reports what it noted.
+            self._report.tell([transition])
 
     # -- the sync thread's side ----------------------------------------------------------------
 
     def sync(self) -> None:
         """One round trip: the batches of the hosts in use out, the fleet's state in; idle
-        hosts a few at a time. Never raises."""
+        hosts only to catch up on pushes missed. Never raises."""
         with self._syncing:
+            self._hurried = False
             self._sync()
             noted, self._noted = self._noted, []
         # No hook runs under the sync's lock: one that calls the session cannot deadlock it.
@@ -214,7 +289,7 @@ class RedisBackend:
         # After a failed sync, one host at least: a sync is how the backend learns that Redis
         # is back, with no host in use as well.
         for host, resting in roster.due(at_least_one=self._failed_syncs > 0):
-            batch = take_batch(host, self._worker, self._alive_ms, self._jitter)
+            batch = take_batch(host, self._worker, self._alive_ms, self._jitter, self._channel)
             if roster.keep(host, batch, resting):
                 hosts.append(host)
                 batches.append(batch)

@@ -1,4 +1,4 @@
-"""Which hosts a sync sends: every host in use at each sync, the idle ones a few at a time.
+"""Which hosts a sync sends: every host in use at each sync, the idle ones only when needed.
 
 A service calling hosts its users choose (webhooks) holds thousands it called once. Sent
 at every sync, each costs a script call whether or not it was called since, and a sync then
@@ -7,12 +7,16 @@ in use, not the hosts held:
 
 - a host is **in use** while a try on it was counted within the last ``warm`` seconds, or a
   try on it is in flight (its concurrency limit says so): it is sent at every sync, empty
-  batch or not, so an opening reaches it within one interval and its keys' TTLs are kept;
+  batch or not, so the fleet's state reaches it within one interval and its keys' TTLs are
+  kept;
 - past that, with nothing in its batch, it goes **idle**: its batch is not sent, and its
   breaker dozes, so the next try on it wakes the sync thread (``FleetBreaker.doze``) and the
   host is in use again from that sync on;
-- idle hosts are read back round robin, each about every ``_IDLE_PERIOD`` seconds, at most
-  ``_IDLE_RATE`` a second in all: a process holding 10,000 idle hosts reads 100 a second.
+- an idle host hears of an opening by push (``push``), so while the listener is subscribed
+  it costs no sync anything. Each is read once when the listener subscribes again (what it
+  missed meanwhile), at most ``_IDLE_RATE`` a second; and while no subscription is heard,
+  idle hosts are read round robin, each about every ``_IDLE_PERIOD`` seconds, at most
+  ``_IDLE_RATE`` a second in all.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from .budget import FleetBucket
 from .exchange import Batch, SyncedHost
 from .throttle import FleetThrottle
 
-# Each idle host is read about this often (seconds), while that is within _IDLE_RATE.
+# Without pushes, each idle host is read about this often (seconds), within _IDLE_RATE.
 _IDLE_PERIOD: Final = 10.0
 _IDLE_RATE: Final = 100.0
 # Idle reads one sync may carry: after a long gap the reads owed are not all made at once.
@@ -64,6 +68,12 @@ class Roster:
         self._cursor = 0
         self._credit = 0.0
         self._credited_at: float | None = None
+        # Whether openings are pushed (the listener's subscription was heard), and whether
+        # it was heard again since the last sync: each idle host is then read once, as one
+        # of _owed reads, for what was missed meanwhile.
+        self._pushed = False
+        self._caught_up = True
+        self._owed = 0
         # Keys whose guards asked for a sync. A deque: appended from any thread without a
         # lock, so a fork can never leave one held.
         self._touched: deque[str] = deque()
@@ -76,6 +86,13 @@ class Roster:
         """Host *key* is in use from the next sync on (a failure, a state change, the first
         try after a quiet spell). Any thread."""
         self._touched.append(key)
+
+    def pushed(self, live: bool) -> None:
+        """Openings are pushed from now on (*live*), after a spell that may have missed some;
+        or no longer. Any thread."""
+        if live:
+            self._caught_up = False
+        self._pushed = live
 
     def changed(self) -> None:
         """The hosts come from another registry now: read it whole at the next sync."""
@@ -183,13 +200,20 @@ class Roster:
 
     def _idle_reads(self, now: float, idle: int) -> int:
         last, self._credited_at = self._credited_at, now
-        if last is None or idle <= 0:
+        if not self._caught_up:
+            self._caught_up = True
+            self._owed = idle
+        pushed = self._pushed
+        if last is None or idle <= 0 or (pushed and self._owed <= 0):
             self._credit = 0.0
             return 0
-        rate = min(idle / _IDLE_PERIOD, _IDLE_RATE)
+        rate = _IDLE_RATE if pushed else min(idle / _IDLE_PERIOD, _IDLE_RATE)
         self._credit = min(self._credit + rate * max(0.0, now - last), float(_IDLE_BURST))
         count = int(self._credit)
         self._credit -= count
+        if pushed:
+            count = min(count, self._owed)
+            self._owed -= count
         return count
 
     def _next_idle(self, count: int) -> list[SyncedHost]:

@@ -169,6 +169,15 @@ class ClusterLink:
         with contextlib.suppress(redis.RedisError, RedisClusterException):
             cluster.nodes_manager.initialize()
 
+    def pubsub(self) -> Any:
+        """A ``PubSub`` on one node of the cluster: a PUBLISH reaches the subscribers of every
+        node. Before the first sync has built the cluster client, the listener builds one of
+        its own: two threads never build into one field."""
+        cluster = self._cluster
+        if cluster is None:
+            cluster = self._build()
+        return cluster.pubsub()
+
     def close(self) -> None:
         cluster, self._cluster = self._cluster, None
         if cluster is not None:

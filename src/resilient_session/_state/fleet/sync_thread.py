@@ -21,6 +21,10 @@ class Synced(Protocol):
     @property
     def degraded(self) -> bool: ...
 
+    @property
+    def hurried(self) -> bool:
+        """A breaker opened since the last sync began: it goes out now, gap or not."""
+
     def serves(self, wake: threading.Event) -> bool:
         """True while the backend is open and still wakes this thread with *wake*."""
 
@@ -56,7 +60,7 @@ def run(ref: weakref.ref[Synced], wake: threading.Event, interval: float) -> Non
                     # Redis is out of reach: retry on schedule, not on every failure.
                     wake.clear()
                     continue
-                if now - last_sync < URGENT_GAP:
+                if now - last_sync < URGENT_GAP and not _hurried(ref):
                     wake.clear()
                     wake.wait(URGENT_GAP - (now - last_sync))
                     now = clock.monotonic()
@@ -71,3 +75,8 @@ def run(ref: weakref.ref[Synced], wake: threading.Event, interval: float) -> Non
         last_sync = now
         if now >= next_tick:
             next_tick += interval * (math.floor((now - next_tick) / interval) + 1)
+
+
+def _hurried(ref: weakref.ref[Synced]) -> bool:
+    backend = ref()
+    return backend is not None and backend.hurried

@@ -1,4 +1,5 @@
-"""Which hosts a sync sends, on a fake clock: every host in use, the idle ones a few at a time."""
+"""Which hosts a sync sends, on a fake clock: every host in use; the idle ones a few at a time
+while no opening is pushed, and once each when the listener is subscribed again."""
 
 from __future__ import annotations
 
@@ -246,3 +247,54 @@ def test_a_dozing_breaker_admits_as_before(clock):
     assert permit is not None
     assert permit.probe
     assert wakes == [1, 1]
+
+
+def _idle(fleet: Fleet, count: int) -> None:
+    """Call each of the first *count* hosts once, then sync until all are idle."""
+    for number in range(count):
+        fleet.call(number)
+    for _ in range(12):
+        fleet.sync()
+
+
+def test_while_openings_are_pushed_idle_hosts_cost_no_sync(clock):
+    """200 idle hosts, the listener subscribed since before they were called: 100 syncs over
+    10 s send nothing at all."""
+    fleet = Fleet(clock, 200)
+    fleet.roster.pushed(True)
+    fleet.sync()
+    _idle(fleet, 200)
+    assert [fleet.sync() for _ in range(100)] == [[]] * 100
+
+
+def test_subscribed_again_each_idle_host_is_read_once(clock):
+    """The subscription was lost and heard again: pushes may have been missed, so each of the
+    200 idle hosts is read once, at most 100 a second, and then none is."""
+    fleet = Fleet(clock, 200)
+    fleet.roster.pushed(True)
+    fleet.sync()
+    _idle(fleet, 200)
+    fleet.roster.pushed(False)
+    fleet.roster.pushed(True)
+    reads: list[str] = []
+    per_sync = []
+    for _ in range(40):
+        sent = fleet.sync()
+        reads += sent
+        per_sync.append(len(sent))
+    assert sorted(reads) == sorted(_key(n) for n in range(200))
+    assert max(per_sync) <= 11
+    assert sum(per_sync[:10]) <= 101
+
+
+def test_without_a_subscription_idle_hosts_are_read_round_robin_again(clock):
+    """The listener lost its subscription and has not got it back: idle hosts are read as
+    when nothing is pushed, each about every ten seconds."""
+    fleet = Fleet(clock, 100)
+    fleet.roster.pushed(True)
+    fleet.sync()
+    _idle(fleet, 100)
+    fleet.roster.pushed(False)
+    reads = [key for _ in range(50) for key in fleet.sync()]
+    assert 49 <= len(reads) <= 51
+    assert len(set(reads)) == len(reads)
