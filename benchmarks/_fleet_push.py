@@ -51,15 +51,16 @@ class PushPlan:
         return self.warmup + self.down + GAP
 
 
-def config(url: str, prefix: str) -> dict[str, Any]:
+def config(url: str, prefix: str, mode: str) -> dict[str, Any]:
     """The defaults but for failure_threshold 5, short backoff waits and openings that
-    outlast the run (so every try after them is one the breaker let through)."""
+    outlast the run (so every try after them is one the breaker let through), on the Redis
+    *mode* names (``single`` or ``cluster``) at *url*."""
     return {
         "defaults": {
             "retry": RETRY,
             "breaker": {"failure_threshold": THRESHOLD, "recovery_timeout": 60.0},
         },
-        "state": {"backend": "redis", "url": url, "key_prefix": prefix},
+        "state": {"backend": "redis", "mode": mode, "url": url, "key_prefix": prefix},
     }
 
 
@@ -127,8 +128,11 @@ def _worker(
     conn.close()
 
 
-def measure(plan: PushPlan, redis_url: str, workers: int, prefix: str) -> list[dict[str, Any]]:
-    """One fleet of *workers* processes through *plan*'s rounds; one row per round."""
+def measure(
+    plan: PushPlan, redis_url: str, mode: str, workers: int, prefix: str
+) -> list[dict[str, Any]]:
+    """One fleet of *workers* processes on the Redis of *mode* at *redis_url* through *plan*'s
+    rounds; one row per round."""
     context = multiprocessing.get_context("spawn")
     with Upstream(stacks=plan.rounds) as upstream:
         if NICENESS is not None and upstream.pid is not None:
@@ -139,7 +143,7 @@ def measure(plan: PushPlan, redis_url: str, workers: int, prefix: str) -> list[d
             parent, child = context.Pipe()
             process = context.Process(
                 target=_worker,
-                args=(child, index, config(redis_url, prefix), urls, plan),
+                args=(child, index, config(redis_url, prefix, mode), urls, plan),
                 daemon=True,
             )
             process.start()
@@ -172,6 +176,9 @@ def measure(plan: PushPlan, redis_url: str, workers: int, prefix: str) -> list[d
                 process.terminate()
         hits = upstream.collect()
         hosts = [f"http://127.0.0.1:{port}" for port in upstream.ports]
+    # Each fleet's 1-minute load average as its last round ends: the CPU the workers competed
+    # for, printed beside its rows.
+    load = os.getloadavg()[0]
     rows = []
     for round_number, host in enumerate(hosts):
         firsts = [min((at for at, h in worker if h == host), default=math.nan) for worker in opened]
@@ -192,6 +199,7 @@ def measure(plan: PushPlan, redis_url: str, workers: int, prefix: str) -> list[d
                 "all_open_after": (max(known) - first) if len(known) == workers else math.nan,
                 "open": len(known),
                 "errors": len(errors) if round_number == 0 else 0,
+                "load": load,
             }
         )
     return rows

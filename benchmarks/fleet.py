@@ -15,10 +15,12 @@ machine's) and a loopback upstream in a process of its own (benchmarks/_upstream
             running against the real Redis, timed in interleaved batches; the median of the
             per-pair differences is the redis backend's added cost per call (target <= 20 us).
   push      fleets of 8 and of 16 redis-backed workers at failure_threshold 5, round after
-            round on a host that goes down (benchmarks/_fleet_push.py). Measured: the tries
-            that left a worker after the fleet's first opening, before every worker fails fast
-            (target <= 2 in every round, at each fleet size), beside the tries already in
-            flight at that opening.
+            round on a host that goes down (benchmarks/_fleet_push.py), on the one
+            redis-server and then on a Redis Cluster of 3 masters the benchmark starts on
+            loopback ports (--mode). Measured: the tries that left a worker after the fleet's
+            first opening, before every worker fails fast (target <= 2 in every round, at
+            each fleet size, on each Redis), beside the tries already in flight at that
+            opening.
   faults    8 redis-backed workers calling a healthy upstream; Redis is killed for 5 s and
             restarted, then paused (SIGSTOP) for 5 s and resumed; then the upstream goes down.
             Measured: caller errors (target 0), state.degraded and state.restored events per
@@ -28,6 +30,7 @@ machine's) and a loopback upstream in a process of its own (benchmarks/_upstream
             every worker fails fast once the upstream goes down after it all.
 
 Usage: python benchmarks/fleet.py [--quick] [--only outage|push|cost|faults]
+                                  [--mode single|cluster|both]
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from _upstream import CALL_ID_HEADER, Phase, Upstream
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session.testing import RedisServer
+from resilient_session.testing.redis_cluster import RedisClusterNodes
 
 WORKERS = 8
 THREADS = 4  # per worker: a retry's backoff wait must not stall the worker's schedule
@@ -111,6 +115,14 @@ QUICK = Plan(
     push=PushPlan(rounds=3, warmup=1.5, down=1.0),
 )
 PUSH_FLEETS = (8, 16)
+PUSH_MODES = ("single", "cluster")
+CLUSTER_MASTERS = 3
+# No replicas: nothing fails over in the push part, and a replica would only add a process
+# copying every write onto the same 2 cores.
+CLUSTER_REPLICAS = 0
+# A node starved of CPU by other work for a second is not to be failed: with no replica to
+# take over, the cluster would refuse every slot until it answered again.
+CLUSTER_NODE_TIMEOUT_MS = 5000
 
 
 # -- worker processes ------------------------------------------------------------------------
@@ -368,7 +380,7 @@ def faults(plan: Plan, server: RedisServer) -> dict[str, Any]:
             _epoch(e["timestamp"]) for e in worker_events if e["event"] == "state.restored"
         ]
         per_worker.append((names, restored_at))
-    lags = {"restart": [], "resume": []}
+    lags: dict[str, list[float]] = {"restart": [], "resume": []}
     for _names, restored_at in per_worker:
         for key, back in returned.items():
             after = [t - back for t in restored_at if t >= back - 0.5]
@@ -397,7 +409,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases, fewer rounds")
     parser.add_argument("--only", choices=("outage", "push", "cost", "faults"))
+    parser.add_argument(
+        "--mode",
+        choices=(*PUSH_MODES, "both"),
+        default="both",
+        help="the Redis the push part runs on: the one redis-server, a Redis Cluster of "
+        f"{CLUSTER_MASTERS} masters, or both in turn (default); the other parts run on the "
+        "one redis-server",
+    )
     args = parser.parse_args(argv)
+    modes = PUSH_MODES if args.mode == "both" else (args.mode,)
     plan = QUICK if args.quick else FULL
     print(
         f"# fleet.py{' --quick' if args.quick else ''}: {WORKERS} workers x {THREADS} threads "
@@ -464,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             holds += [ok_tries, ok_budget]
         if args.only in (None, "push"):
-            holds.append(_push(plan.push, server.url))
+            holds.append(_push(plan.push, server.url, modes, niceness))
         if args.only in (None, "cost"):
             result = cost(plan, server.url)
             print("\n## Healthy host: the redis backend's cost per call\n")
@@ -535,16 +556,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(holds) else 1
 
 
-def _push(plan: PushPlan, redis_url: str) -> bool:
-    """The push part: one row per fleet size; whether the target held in every round."""
-    results = {
-        workers: measure_push(plan, redis_url, workers, f"bench-push-{workers}:")
-        for workers in PUSH_FLEETS
-    }
+def _push(plan: PushPlan, redis_url: str, modes: tuple[str, ...], niceness: int | None) -> bool:
+    """The push part: one row per Redis and fleet size; whether the target held in every
+    round of each."""
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    about = []
+    for mode in modes:
+        if mode == "single":
+            for workers in PUSH_FLEETS:
+                prefix = f"bench-push-{workers}:"
+                results[mode, workers] = measure_push(plan, redis_url, mode, workers, prefix)
+            continue
+        with RedisClusterNodes(
+            masters=CLUSTER_MASTERS,
+            replicas=CLUSTER_REPLICAS,
+            node_timeout_ms=CLUSTER_NODE_TIMEOUT_MS,
+            niceness=niceness,
+        ) as cluster:
+            ports = ", ".join(str(node.port) for node in cluster.nodes)
+            about.append(
+                f"cluster: {CLUSTER_MASTERS} masters, replicas per master {CLUSTER_REPLICAS}, "
+                f"on 127.0.0.1:{ports}, started by the benchmark, niceness "
+                f"{niceness if niceness is not None else 0}, cluster-node-timeout "
+                f"{CLUSTER_NODE_TIMEOUT_MS} ms; the workers' url: {cluster.url}"
+            )
+            channels = []
+            for workers in PUSH_FLEETS:
+                prefix = f"bench-push-{workers}:"
+                results[mode, workers] = measure_push(plan, cluster.url, mode, workers, prefix)
+                # Where the workers subscribe: the master of the channel's slot. A host's
+                # opening is published on the master of the host's slot, and crosses the
+                # cluster bus to them from any other.
+                channel = f"{prefix}openings"
+                channels.append(f"{channel} on {cluster.master_of(channel).port}")
+            keys = ", ".join(f"{node.port}: {node.command('DBSIZE')}" for node in cluster.nodes)
+            about.append(
+                f"cluster: the fleets' keys per master after the run ({keys}); the openings "
+                f"channels, every worker subscribed on its master: {', '.join(channels)}"
+            )
     print(
         f"\n## Push: tries after the fleet's first opening, failure_threshold {PUSH_THRESHOLD}, "
         f"{plan.rounds} rounds\n"
     )
+    for line in about:
+        print(line)
+    if about:
+        print()
 
     def each(rows: list[dict[str, Any]], name: str) -> str:
         return " ".join(str(row[name]) for row in rows)
@@ -552,6 +609,7 @@ def _push(plan: PushPlan, redis_url: str) -> bool:
     print(
         table(
             [
+                "redis",
                 "workers",
                 "sent after it, per round",
                 "most",
@@ -559,9 +617,11 @@ def _push(plan: PushPlan, redis_url: str) -> bool:
                 "tries before it",
                 "every worker open after it (max)",
                 "caller errors",
+                "load average after",
             ],
             [
                 [
+                    mode,
                     workers,
                     each(rows, "sent_after"),
                     max(row["sent_after"] for row in rows),
@@ -569,18 +629,21 @@ def _push(plan: PushPlan, redis_url: str) -> bool:
                     each(rows, "before"),
                     f"{max(row['all_open_after'] for row in rows) * 1000:.1f} ms",
                     sum(row["errors"] for row in rows),
+                    f"{rows[0]['load']:.1f}",
                 ]
-                for workers, rows in results.items()
+                for (mode, workers), rows in results.items()
             ],
         )
     )
     worst = max(row["sent_after"] for rows in results.values() for row in rows)
-    every_open = all(row["open"] == workers for workers, rows in results.items() for row in rows)
+    every_open = all(
+        row["open"] == workers for (_, workers), rows in results.items() for row in rows
+    )
     ok = worst <= 2 and every_open
     print(
         f"\nat most 2 tries sent after the fleet's first opening, in every round at "
-        f"{' and '.join(map(str, PUSH_FLEETS))} workers (most: {worst}), every worker open: "
-        f"{verdict(ok)}"
+        f"{' and '.join(map(str, PUSH_FLEETS))} workers on {' and '.join(modes)} "
+        f"(most: {worst}), every worker open: {verdict(ok)}"
     )
     return ok
 

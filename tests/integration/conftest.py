@@ -23,6 +23,7 @@ FAST_RETRY = {"backoff_base": 0.01, "backoff_cap": 0.05}
 
 SessionFactory = Callable[..., ResilientSession]
 SENTINEL_PASSWORD = "sentinel-pw"  # noqa: S105 - a throwaway set's, on loopback
+CLUSTER_NICENESS = 5
 
 
 class Startable(Protocol):
@@ -95,6 +96,14 @@ def _started(make: Callable[[], Part]) -> Iterator[Part]:
 def redis_cluster() -> Iterator[RedisClusterNodes]:
     """A Redis Cluster of this test's own: 3 masters with a replica each, on loopback."""
     with _started(RedisClusterNodes) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster_masters() -> Iterator[RedisClusterNodes]:
+    """3 masters and no replica, each at niceness 5: the push benchmark's cluster, at a
+    niceness any user may set."""
+    with _started(lambda: RedisClusterNodes(replicas=0, niceness=CLUSTER_NICENESS)) as cluster:
         yield cluster
 
 

@@ -6,6 +6,7 @@ slot."""
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from resilient_session.testing._resp import ReplyError
 from resilient_session.testing.redis_cluster import ClusterNode, RedisClusterNodes
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
+from .conftest import CLUSTER_NICENESS
 from .fleet_calls import (
     THRESHOLD,
     Callers,
@@ -86,6 +88,35 @@ def test_the_fleet_opens_across_workers_through_the_cluster(
     assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
     assert [master.command("EXISTS", key) for key in (breaker, budget, workers)] == [1, 1, 1]
     assert master.command("HGET", breaker, "s") == "1"
+    assert state_events(logs) == []
+
+
+def test_masters_without_replicas_at_a_niceness_open_the_fleet(
+    redis_cluster_masters: RedisClusterNodes,
+    key_prefix: str,
+    upstream: FlakyUpstream,
+    fleet_sessions: Sessions,
+    logs: list[Any],
+) -> None:
+    """The push benchmark's cluster: 3 masters without replicas, each node's process at the
+    niceness asked for, every one holding slots; four workers on it fail fast within
+    2 x failure_threshold tries, as on the cluster with replicas."""
+    cluster = redis_cluster_masters
+    assert len(cluster.nodes) == 3
+    for node in cluster.nodes:
+        assert node.command("ROLE")[0] == "master"
+        info = str(node.command("INFO", "server"))
+        pid = int(info.split("process_id:")[1].split()[0])
+        assert os.getpriority(os.PRIO_PROCESS, pid) == CLUSTER_NICENESS
+    assert all(line.slots for line in cluster.table())
+    upstream.script("/down", Reply(503))
+    fleet = fleet_sessions(4, _config(cluster, key_prefix))
+    for session in fleet:
+        assert session.get(upstream.url("/")).status_code == 200
+    fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
+    breaker = _keys(key_prefix, upstream)[0]
+    assert cluster.master_of(breaker).command("HGET", breaker, "s") == "1"
     assert state_events(logs) == []
 
 

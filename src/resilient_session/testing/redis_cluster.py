@@ -34,9 +34,10 @@ class ClusterNode(RedisServer):
     Its ``nodes.conf`` stays in its directory, so a node restarted rejoins as itself.
     """
 
-    def __init__(self, node_timeout_ms: int) -> None:
+    def __init__(self, node_timeout_ms: int, niceness: int | None = None) -> None:
         self.bus_port = free_port()
         super().__init__(
+            niceness=niceness,
             options=(
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", "nodes.conf",
@@ -95,16 +96,25 @@ class RedisClusterNodes:
         masters: 3 at least: a failover needs a majority of masters to agree.
         replicas: per master; 1 lets a killed master's slots be taken over.
         node_timeout_ms: ``cluster-node-timeout``: a master silent this long is failed.
+        niceness: each node's CPU priority, as ``RedisServer``'s (a benchmark's nodes on a
+            shared machine; a negative one needs root).
 
     Raises:
         RedisPartMissing: ``redis-server`` or ``redis-cli`` is not on PATH.
     """
 
-    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        niceness: int | None = None,
+    ) -> None:
         self._cli = program("redis-cli")
         self.masters = masters
         self.replicas = replicas
-        self.nodes = [ClusterNode(node_timeout_ms) for _ in range(masters * (1 + replicas))]
+        count = masters * (1 + replicas)
+        self.nodes = [ClusterNode(node_timeout_ms, niceness) for _ in range(count)]
 
     def __enter__(self) -> RedisClusterNodes:
         self.start()
