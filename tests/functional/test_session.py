@@ -17,6 +17,7 @@ from resilient_session import (
     ResilientSession,
     deadline,
 )
+from resilient_session._pipeline.attempt import CALLS_OWN
 from resilient_session._state.registry import HostRegistry
 from resilient_session.config import load
 from tests.functional.conftest import FAST
@@ -88,6 +89,26 @@ def test_the_first_try_of_a_call_carries_its_header_in_the_request_made_for_it(m
     assert second.headers["X-Request-Attempt"] == "2; max=4"
     assert first is not second
     assert response.request is second
+    # The mark that the request is the call's alone ends with its first try: a request the
+    # caller takes from a response and sends again is theirs, and goes out as a copy.
+    assert CALLS_OWN not in first.__dict__
+
+
+def test_a_response_request_sent_again_is_not_written_to(mock, session):
+    """session.send(response.request): the request of an earlier call, now the caller's."""
+    mock.get(URL, status=200)
+    mock.get(URL, status=503)
+    mock.get(URL, status=200)
+    earlier = session.get(URL).request
+    before = dict(earlier.headers)
+    session.send(earlier)
+    assert dict(earlier.headers) == before
+    assert [call.request.headers["X-Request-Attempt"] for call in mock.calls] == [
+        "1; max=4",
+        "1; max=4",
+        "2; max=4",
+    ]
+    assert all(call.request is not earlier for call in mock.calls[1:])
 
 
 class _RequestOfItsOwn(requests.Session):

@@ -32,7 +32,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         if attempt_header is None:
             return call_next(attempt)
         request = attempt.request
-        if attempt.number == 1 and CALLS_OWN in request.__dict__:
+        if attempt.number == 1 and request.__dict__.pop(CALLS_OWN, False):
             # A request this call alone holds carries its first try's header itself: a copy
             # costs ~11,000 instructions, this write a few hundred.
             header_store(request.headers)[attempt_header.lower()] = (
@@ -63,7 +63,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
             values.append((names.header, str(int(remaining * 1000))))
         if names.attempt_header is not None:
             values.append((names.attempt_header, attempt_value(attempt)))
-        if attempt.number == 1 and CALLS_OWN in request.__dict__:
+        if attempt.number == 1 and request.__dict__.pop(CALLS_OWN, False):
             store = header_store(request.headers)
             for name, value in values:
                 store[name.lower()] = (name, value)
