@@ -12,7 +12,6 @@ import pickle
 import random
 import threading
 import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from resilient_session.testing.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
 from .conftest import FAST_RETRY
+from .fleet_calls import fail_until_all_fail_fast, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +46,6 @@ INTERVAL_MS = 50
 THRESHOLD = 10
 SYNC_THREAD = "resilient-session-state-sync"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json"
-
-Workers = Callable[..., list[ResilientSession]]
 
 
 def _config(
@@ -75,62 +73,19 @@ def _config(
     return {"defaults": defaults, "state": state}
 
 
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    """``workers(n, config)``: n sessions, each with its own state backend and sync thread,
-    as n worker processes would have; all closed when the test ends."""
-    made: list[ResilientSession] = []
-
-    def make(count: int, config: dict[str, Any]) -> list[ResilientSession]:
-        sessions = [ResilientSession(config) for _ in range(count)]
-        made.extend(sessions)
-        return sessions
-
-    yield make
-    for session in made:
-        session.close()
-
-
-def _wait_until(check: Callable[[], bool], timeout: float = 5.0) -> float:
-    """Seconds until *check* held, polling every 5 ms; fails the test past *timeout*."""
-    started = SYSTEM_CLOCK.monotonic()
-    while not check():
-        waited = SYSTEM_CLOCK.monotonic() - started
-        if waited > timeout:
-            raise AssertionError(f"not true within {timeout} s")
-        SYSTEM_CLOCK.sleep(0.005)
-    return SYSTEM_CLOCK.monotonic() - started
-
-
-def _fail_until_all_fail_fast(sessions: list[ResilientSession], url: str) -> int:
-    """Call round robin until every session refused its last call; returns calls made."""
-    failing_fast = [False] * len(sessions)
-    for number in range(2_000):
-        index = number % len(sessions)
-        try:
-            sessions[index].get(url)
-            failing_fast[index] = False
-        except CircuitOpenError:
-            failing_fast[index] = True
-        if all(failing_fast):
-            return number + 1
-        SYSTEM_CLOCK.sleep(0.001)
-    raise AssertionError("the breakers never all opened")
-
-
 def test_the_fleet_opens_after_about_one_threshold_of_failures(
-    redis_server, key_prefix, upstream, workers
+    redis_server, key_prefix, upstream, fleet_sessions
 ):
     """Four workers on one Redis send at most 2 x failure_threshold tries to a host that
     answers 503 before every one fails fast; on the memory backend each needs its own 10."""
     upstream.script("/down", Reply(503))
-    fleet = workers(4, _config(redis_server.url, key_prefix))
-    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    fleet = fleet_sessions(4, _config(redis_server.url, key_prefix))
+    fail_until_all_fail_fast(fleet, upstream.url("/down"))
     fleet_hits = upstream.hits("/down")
     assert THRESHOLD <= fleet_hits <= 2 * THRESHOLD
 
-    local = workers(4, _config(redis_server.url, key_prefix, backend="memory"))
-    _fail_until_all_fail_fast(local, upstream.url("/down"))
+    local = fleet_sessions(4, _config(redis_server.url, key_prefix, backend="memory"))
+    fail_until_all_fail_fast(local, upstream.url("/down"))
     assert upstream.hits("/down") - fleet_hits == 4 * THRESHOLD
     assert all(session.health()[_key(upstream)].state_backend == "redis" for session in fleet)
 
@@ -140,18 +95,18 @@ def _key(upstream: FlakyUpstream) -> str:
 
 
 def test_an_opening_reaches_an_idle_worker_within_one_sync_interval(
-    redis_server, key_prefix, upstream, workers, logs
+    redis_server, key_prefix, upstream, fleet_sessions, logs
 ):
     """A worker that never saw a failure follows the fleet's opening within one sync interval
     (plus a loaded machine's slack), and logs its own breaker.transition."""
     upstream.script("/down", Reply(503))
-    failing, idle = workers(2, _config(redis_server.url, key_prefix, interval_ms=100))
+    failing, idle = fleet_sessions(2, _config(redis_server.url, key_prefix, interval_ms=100))
     assert idle.get(upstream.url("/")).status_code == 200
     key = _key(upstream)
     for _ in range(THRESHOLD):
         failing.get(upstream.url("/down"))
-    opened = _wait_until(lambda: failing.health()[key].breaker.value == "open", timeout=2.0)
-    reached = _wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
+    opened = wait_until(lambda: failing.health()[key].breaker.value == "open", timeout=2.0)
+    reached = wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
     assert opened + reached <= 0.1 + 0.4
     with pytest.raises(CircuitOpenError):
         idle.get(upstream.url("/"))
@@ -160,7 +115,7 @@ def test_an_opening_reaches_an_idle_worker_within_one_sync_interval(
     assert len(opens) == 2
 
 
-def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, workers):
+def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, fleet_sessions):
     """Four workers whose bucket holds 8 tokens and earns none share it against a host that
     always answers 503; four memory buckets retry 32 times.
 
@@ -174,8 +129,8 @@ def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, w
         "budget": {"ratio": 0.0, "min_per_second": 0.0, "max_tokens": 8},
         "breaker": {"failure_threshold": 10_000},
     }
-    fleet = workers(4, _config(redis_server.url, key_prefix, **sections))
-    local = workers(4, _config(redis_server.url, key_prefix, backend="memory", **sections))
+    fleet = fleet_sessions(4, _config(redis_server.url, key_prefix, **sections))
+    local = fleet_sessions(4, _config(redis_server.url, key_prefix, backend="memory", **sections))
     for session in fleet + local:
         assert session.get(upstream.url("/")).status_code == 200
     # Every worker has synced at least twice: each knows the fleet has four.
@@ -192,7 +147,7 @@ def test_the_fleet_shares_one_retry_budget(redis_server, key_prefix, upstream, w
 
 
 def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
-    own_redis, key_prefix, upstream, workers, logs
+    own_redis, key_prefix, upstream, fleet_sessions, logs
 ):
     """Killed for 0.6 s, restarted, then paused (SIGSTOP) for 0.6 s, Redis costs no call of
     two workers' four threads; each worker logs one state.degraded and one state.restored per
@@ -200,7 +155,7 @@ def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
 
     The timeout is 100 ms, not 20: two test runs on two busy cores can hold a healthy Redis
     past 20 ms for longer than a blip, which is an outage of its own, and logged as one."""
-    fleet = workers(2, _config(own_redis.url, key_prefix, timeout_ms=100))
+    fleet = fleet_sessions(2, _config(own_redis.url, key_prefix, timeout_ms=100))
     key = _key(upstream)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -219,19 +174,19 @@ def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
     for thread in threads:
         thread.start()
     try:
-        _wait_until(lambda: all(key in s.health() for s in fleet))
+        wait_until(lambda: all(key in s.health() for s in fleet))
         SYSTEM_CLOCK.sleep(0.3)
         own_redis.kill()
-        _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+        wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
         SYSTEM_CLOCK.sleep(0.6)
         own_redis.start()
-        _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+        wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
         SYSTEM_CLOCK.sleep(0.3)
         own_redis.pause()
-        _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+        wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
         SYSTEM_CLOCK.sleep(0.6)
         own_redis.resume()
-        _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+        wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
         SYSTEM_CLOCK.sleep(0.3)
     finally:
         stop.set()
@@ -252,30 +207,32 @@ def test_redis_killed_paused_and_restarted_under_load_costs_no_call(
 
 
 def test_protection_is_back_within_a_sync_interval_of_a_restart(
-    own_redis, key_prefix, upstream, workers
+    own_redis, key_prefix, upstream, fleet_sessions
 ):
     """After Redis was killed and came back empty, the fleet again opens on about one
     threshold of failures: the script rebuilds every key from the workers' reports."""
     upstream.script("/down", Reply(503))
-    fleet = workers(3, _config(own_redis.url, key_prefix))
+    fleet = fleet_sessions(3, _config(own_redis.url, key_prefix))
     for session in fleet:
         assert session.get(upstream.url("/")).status_code == 200
     key = _key(upstream)
     own_redis.kill()
-    _wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
+    wait_until(lambda: all(s.health()[key].state_degraded for s in fleet))
     own_redis.start()
-    _wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
-    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    wait_until(lambda: not any(s.health()[key].state_degraded for s in fleet))
+    fail_until_all_fail_fast(fleet, upstream.url("/down"))
     assert THRESHOLD <= upstream.hits("/down") <= 2 * THRESHOLD
 
 
-def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, upstream, workers):
+def test_a_flushed_redis_keeps_an_open_breaker_open(
+    redis_server, key_prefix, upstream, fleet_sessions
+):
     """FLUSHALL and SCRIPT FLUSH while the fleet's breaker is open: the next sync reloads the
     script and recreates the key from a
     worker's own open breaker, and no worker closes or errs."""
     upstream.script("/down", Reply(503))
-    fleet = workers(2, _config(redis_server.url, key_prefix))
-    _fail_until_all_fail_fast(fleet, upstream.url("/down"))
+    fleet = fleet_sessions(2, _config(redis_server.url, key_prefix))
+    fail_until_all_fail_fast(fleet, upstream.url("/down"))
     hits = upstream.hits("/down")
     key = _key(upstream)
     client = redis.Redis.from_url(redis_server.url)
@@ -283,7 +240,7 @@ def test_a_flushed_redis_keeps_an_open_breaker_open(redis_server, key_prefix, up
         client.flushall()
         client.script_flush()
         breaker_key = f"{key_prefix}{key}:breaker"
-        _wait_until(lambda: client.exists(breaker_key) == 1)
+        wait_until(lambda: client.exists(breaker_key) == 1)
         assert client.hget(breaker_key, "s") == b"1"
         assert 0 < client.pttl(breaker_key) <= 300_000
     finally:
@@ -307,7 +264,7 @@ def test_an_unreachable_redis_degrades_once_and_never_shows_its_password(own_red
             assert session.get(upstream.url("/")).status_code == 200
             SYSTEM_CLOCK.sleep(INTERVAL_MS / 1000)
         key = _key(upstream)
-        _wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
+        wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
     degraded = [e for e in logs if e["event"] == "state.degraded"]
     assert degraded == [
         {
@@ -365,7 +322,7 @@ def test_a_session_dropped_without_close_stops_its_sync_thread(redis_server, key
     assert session.get(upstream.url("/")).status_code == 200
     assert running() == before + 1
     del session
-    _wait_until(collected, timeout=5.0)
+    wait_until(collected, timeout=5.0)
 
 
 def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
@@ -379,9 +336,9 @@ def test_state_events_match_the_schema(own_redis, key_prefix, upstream):
         assert session.get(upstream.url("/")).status_code == 200
         key = _key(upstream)
         own_redis.kill()
-        _wait_until(lambda: session.health()[key].state_degraded)
+        wait_until(lambda: session.health()[key].state_degraded)
         own_redis.start()
-        _wait_until(lambda: not session.health()[key].state_degraded)
+        wait_until(lambda: not session.health()[key].state_degraded)
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     changes = [event for event in events if event["event"].startswith("state.")]
     assert [event["event"] for event in changes] == ["state.degraded", "state.restored"]
@@ -399,13 +356,13 @@ def test_a_forked_worker_syncs_as_a_worker_of_its_own(redis_server, key_prefix, 
         assert session.get(upstream.url("/")).status_code == 200
         workers_key = f"{key_prefix}{_key(upstream)}:workers"
         client = redis.Redis.from_url(redis_server.url)
-        _wait_until(lambda: client.zcard(workers_key) == 1)
+        wait_until(lambda: client.zcard(workers_key) == 1)
         pid = os.fork()
         if pid == 0:  # the child: report through the exit status only
             code = 1
             try:
                 session.get(upstream.url("/"))
-                _wait_until(lambda: client.zcard(workers_key) == 2, timeout=5.0)
+                wait_until(lambda: client.zcard(workers_key) == 2, timeout=5.0)
                 code = 0
             finally:
                 os._exit(code)
@@ -418,21 +375,21 @@ def test_a_forked_worker_syncs_as_a_worker_of_its_own(redis_server, key_prefix, 
 
 
 def test_one_workers_probe_closes_the_breaker_for_the_fleet(
-    redis_server, key_prefix, upstream, workers, logs
+    redis_server, key_prefix, upstream, fleet_sessions, logs
 ):
     """After the fleet's opening runs out and the host heals, the first worker's successful
     probe closes every worker's breaker: the idle worker closes without a probe of its own."""
     upstream.script("/flaky", Reply(503), Reply(503), Reply(200))
     sections: dict[str, Any] = {"breaker": {"failure_threshold": 2, "recovery_timeout": 0.3}}
-    prober, idle = workers(2, _config(redis_server.url, key_prefix, **sections))
+    prober, idle = fleet_sessions(2, _config(redis_server.url, key_prefix, **sections))
     key = _key(upstream)
     assert idle.get(upstream.url("/")).status_code == 200
     prober.get(upstream.url("/flaky"))
     prober.get(upstream.url("/flaky"))
-    _wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
+    wait_until(lambda: idle.health()[key].breaker.value == "open", timeout=2.0)
     SYSTEM_CLOCK.sleep(0.35)
     assert prober.get(upstream.url("/flaky")).status_code == 200
-    _wait_until(lambda: idle.health()[key].breaker.value == "closed", timeout=2.0)
+    wait_until(lambda: idle.health()[key].breaker.value == "closed", timeout=2.0)
     assert upstream.hits("/flaky") == 3
     assert upstream.hits("/") == 1
     moves = [(e["from"], e["to"]) for e in logs if e["event"] == "breaker.transition"]
@@ -448,7 +405,9 @@ def test_one_workers_probe_closes_the_breaker_for_the_fleet(
     )
 
 
-def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, upstream, workers):
+def test_the_throttle_refuses_on_the_fleets_window(
+    redis_server, key_prefix, upstream, fleet_sessions
+):
     """A worker that sent only 5 tries of its own, all answered, is throttled when the fleet's
     window holds another worker's failures: it refuses from the fleet's refusal chance, where
     its own window (under min_tries) would refuse nothing."""
@@ -457,7 +416,7 @@ def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, ups
         "throttle": {"enabled": True, "min_tries": 20},
         "breaker": {"failure_threshold": 10_000},
     }
-    busy, quiet = workers(2, _config(redis_server.url, key_prefix, **sections))
+    busy, quiet = fleet_sessions(2, _config(redis_server.url, key_prefix, **sections))
     key = _key(upstream)
     for _ in range(5):
         assert quiet.get(upstream.url("/")).status_code == 200
@@ -465,7 +424,7 @@ def test_the_throttle_refuses_on_the_fleets_window(redis_server, key_prefix, ups
         with contextlib.suppress(CircuitOpenError):  # the busy worker is throttled too
             busy.get(upstream.url("/down"))
     # (45 tries - 2 x 5 accepts) / 46 at most; what the quiet worker read from the fleet.
-    _wait_until(lambda: quiet.health()[key].throttle_probability > 0.5, timeout=2.0)
+    wait_until(lambda: quiet.health()[key].throttle_probability > 0.5, timeout=2.0)
     assert quiet.health()[key].throttle_probability <= 35 / 46
     # Ten more calls leave its own window at 15 tries, under min_tries: alone it could refuse
     # none. Each accepted one lowers the fleet's chance a little; ten in a row all let through
@@ -500,10 +459,10 @@ def test_the_registry_and_its_redis_backend_under_many_threads(redis_server, key
         assert isinstance(backend, RedisBackend)
         kept = set(registry.health())
         assert len(kept) == 50
-        _wait_until(lambda: set(backend.synced()) == kept)
+        wait_until(lambda: set(backend.synced()) == kept)
         client = redis.Redis.from_url(redis_server.url)
         try:
-            _wait_until(lambda: all(client.exists(f"{key_prefix}{key}:breaker") for key in kept))
+            wait_until(lambda: all(client.exists(f"{key_prefix}{key}:breaker") for key in kept))
         finally:
             client.close()
     finally:
@@ -520,12 +479,12 @@ def test_a_redis_that_refuses_every_write_is_an_outage(own_redis, key_prefix, up
     try:
         with ResilientSession(_config(own_redis.url, key_prefix, timeout_ms=100)) as session:
             assert session.get(upstream.url("/")).status_code == 200
-            _wait_until(lambda: admin.exists(f"{key_prefix}{key}:breaker") == 1)
+            wait_until(lambda: admin.exists(f"{key_prefix}{key}:breaker") == 1)
             admin.config_set("maxmemory", 1)
-            _wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
+            wait_until(lambda: session.health()[key].state_degraded, timeout=3.0)
             assert session.get(upstream.url("/")).status_code == 200
             admin.config_set("maxmemory", 0)
-            _wait_until(lambda: not session.health()[key].state_degraded, timeout=3.0)
+            wait_until(lambda: not session.health()[key].state_degraded, timeout=3.0)
     finally:
         admin.close()
     changes = [(e["event"], e.get("error")) for e in logs if e["event"].startswith("state.")]
@@ -549,7 +508,7 @@ def test_a_host_whose_key_redis_refuses_runs_on_its_own_state(redis_server, key_
             permit, _ = broken.breaker.allow()
             assert permit is not None
             broken.breaker.record(permit, TryResult.FAILURE)
-        _wait_until(lambda: client.hget(breaker_key, "f") == b"9")
+        wait_until(lambda: client.hget(breaker_key, "f") == b"9")
         SYSTEM_CLOCK.sleep(3 * INTERVAL_MS / 1000)  # the reply with the run of 9 taken in
         client.delete(breaker_key)
         client.set(breaker_key, "not a hash")
@@ -636,7 +595,7 @@ def test_a_password_a_url_parser_splits_never_reaches_an_event(upstream, logs):
     url = "redis://:1/s3cret@127.0.0.1:1/0"
     with ResilientSession(_config(url, "t:")) as session:
         assert session.get(upstream.url("/")).status_code == 200
-        _wait_until(lambda: session.health()[_key(upstream)].state_degraded)
+        wait_until(lambda: session.health()[_key(upstream)].state_degraded)
     degraded = [e for e in logs if e["event"] == "state.degraded"]
     assert [e["url"] for e in degraded] == ["redis://127.0.0.1:1/0"]
     assert "s3cret" not in repr(logs)

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final
 
 from ._resp import ReplyError
-from .redis_server import RedisServer, free_port, program, wait_until
+from .redis_server import RedisServer, StartedInWith, free_port, program, wait_until
 
 SLOTS: Final = 16_384
 _CREATE_WAIT: Final = 60.0
@@ -89,7 +88,7 @@ def _parse(text: str) -> list[NodeLine]:
     return lines
 
 
-class RedisClusterNodes:
+class RedisClusterNodes(StartedInWith):
     """``masters`` masters with ``replicas`` replicas each, every one on 127.0.0.1.
 
     Args:
@@ -115,18 +114,6 @@ class RedisClusterNodes:
         self.replicas = replicas
         count = masters * (1 + replicas)
         self.nodes = [ClusterNode(node_timeout_ms, niceness) for _ in range(count)]
-
-    def __enter__(self) -> RedisClusterNodes:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def url(self) -> str:

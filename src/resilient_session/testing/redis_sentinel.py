@@ -14,11 +14,10 @@ Example::
 from __future__ import annotations
 
 import os
-from types import TracebackType
 from typing import Final
 
 from ._resp import ReplyError
-from .redis_server import RedisServer, wait_until
+from .redis_server import RedisServer, StartedInWith, wait_until
 
 _SYNCED: Final = ("--repl-diskless-sync-delay", "0")
 
@@ -48,7 +47,7 @@ class SentinelServer(RedisServer):
             return False
 
 
-class RedisSentinels:
+class RedisSentinels(StartedInWith):
     """A master, one replica, and ``sentinels`` sentinels that agree on a failover when
     ``quorum`` of them find the master down for ``down_after_ms``.
 
@@ -79,18 +78,6 @@ class RedisSentinels:
             f"sentinel failover-timeout {service_name} {failover_timeout_ms}",
         ]
         self.sentinels = [SentinelServer(watch, password) for _ in range(sentinels)]
-
-    def __enter__(self) -> RedisSentinels:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def addresses(self) -> list[list[str | int]]:

@@ -13,7 +13,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from resilient_session.clock import SYSTEM_CLOCK
 
@@ -72,7 +72,29 @@ _WAIT_POLL = 0.05
 _PACKAGES = {"redis-server": "redis-server", "redis-cli": "redis-tools", "openssl": "openssl"}
 
 
-class RedisServer:
+class StartedInWith:
+    """``with part:`` starts it and always closes it; a part gives ``start()`` and ``close()``."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RedisServer(StartedInWith):
     """``redis-server --port N --bind 127.0.0.1 --save "" --appendonly no``: nothing is
     written to disk, so a restart starts empty, as a flushed or replaced Redis does.
 
@@ -98,18 +120,6 @@ class RedisServer:
         self._options = tuple(options)
         # What :meth:`command` authenticates with, when the server asks for a password.
         self.password: str | None = None
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Stop the server and remove its directory: it cannot be started again."""
