@@ -192,6 +192,116 @@ def test_after_the_fleets_first_opening_at_most_two_more_tries_reach_the_host(
 # -- a push missed ------------------------------------------------------------------------------
 
 
+class _GatedPubSub:
+    """The listener's PubSub, but each read waits while *gate* is clear (saying so in
+    *waiting*): a listener thread that no core runs yet."""
+
+    def __init__(self, real: Any, gate: threading.Event, waiting: threading.Event) -> None:
+        self._real = real
+        self._gate = gate
+        self._waiting = waiting
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def get_message(self, timeout: float) -> Any:
+        if not self._gate.is_set():
+            self._waiting.set()
+            self._gate.wait(10.0)
+        return self._real.get_message(timeout=timeout)
+
+
+@pytest.fixture
+def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Every listener from now on reads through a ``_GatedPubSub``: (gate, waiting)."""
+    gate, waiting = threading.Event(), threading.Event()
+    gate.set()
+    pubsub = RedisBackend.pubsub
+    monkeypatch.setattr(
+        RedisBackend, "pubsub", lambda backend: _GatedPubSub(pubsub(backend), gate, waiting)
+    )
+    return gate, waiting
+
+
+def _held_back(
+    session: ResilientSession,
+    admin: redis.Redis,
+    prefix: str,
+    gate: threading.Event,
+    waiting: threading.Event,
+    key: str,
+) -> None:
+    """Hold the session's listener before its next read, then publish an opening of *key*
+    that lies unread on its socket."""
+    _wait_until(_subscribed(admin, prefix, 1))
+    gate.clear()
+    waiting.clear()
+    # The read under way ends within push.POLL; the next one waits at the gate.
+    assert waiting.wait(2 * push.POLL + 1.0)
+    admin.publish(push.channel(prefix), f"{2**52}:30000:{key}")
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+    _wait_until(lambda: push._unread(backend._inbox._fd))
+
+
+def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
+    redis_server, admin, key_prefix, upstream, sessions, gated, monkeypatch
+):
+    """The listener has not read the opening yet (no core has run it): the next tries, from 8
+    threads at once, wait for it to, and fail fast instead of reaching the host."""
+    monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
+    gate, waiting = gated
+    session = sessions(_config(redis_server.url, key_prefix))
+    key = _key(upstream)
+    assert session.get(upstream.url("/")).status_code == 200
+    _held_back(session, admin, key_prefix, gate, waiting, key)
+    hits = upstream.hits("/")
+    # The listener runs again a moment after the try began to wait for it.
+    threading.Timer(0.05, gate.set).start()
+    raised: list[type[BaseException]] = []
+
+    def call() -> None:
+        try:
+            session.get(upstream.url("/"))
+        except Exception as error:  # noqa: BLE001 - each kind is asserted below
+            raised.append(type(error))
+
+    callers = [threading.Thread(target=call) for _ in range(8)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(10.0)
+    assert raised == [CircuitOpenError] * 8
+    assert upstream.hits("/") == hits
+    assert session.health()[key].breaker.value == "open"
+
+
+def test_a_listener_that_does_not_read_is_waited_for_once_and_briefly(
+    redis_server, admin, key_prefix, upstream, sessions, gated, monkeypatch
+):
+    """A listener that takes longer than the wait: the try goes out after it, and the next
+    tries do not wait until the listener reads again; then the opening is followed."""
+    monkeypatch.setattr(push, "_HEED_WITHIN", 0.2)
+    gate, waiting = gated
+    session = sessions(_config(redis_server.url, key_prefix))
+    key = _key(upstream)
+    assert session.get(upstream.url("/")).status_code == 200
+    _held_back(session, admin, key_prefix, gate, waiting, key)
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+    hits = upstream.hits("/")
+    for _ in range(3):
+        assert session.get(upstream.url("/")).status_code == 200
+    assert upstream.hits("/") == hits + 3
+    assert backend._inbox._stalled
+    gate.set()
+    _wait_until(lambda: session.health()[key].breaker.value == "open")
+    assert not backend._inbox._stalled
+    with pytest.raises(CircuitOpenError):
+        session.get(upstream.url("/"))
+    assert upstream.hits("/") == hits + 3
+
+
 def test_a_push_missed_is_caught_by_the_next_sync_and_the_listener_comes_back_quietly(
     own_redis, key_prefix, upstream, sessions, logs
 ):

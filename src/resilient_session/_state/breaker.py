@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -107,6 +108,10 @@ class CircuitBreaker:
         self._failures = 0
         self._rejected = 0
         self._refused_inside = 0
+
+    # Called before each try is admitted, when set: a fleet's breaker takes in an opening
+    # already on its way to this worker (fleet/push.py).
+    heed: Callable[[], None] | None = None
 
     @property
     def state(self) -> BreakerState:

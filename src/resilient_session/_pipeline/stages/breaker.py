@@ -17,6 +17,9 @@ _SUCCESS = TryResult.SUCCESS
 def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Fail fast while the host's breaker is open; otherwise send and count the result."""
     breaker = attempt.call.state.breaker
+    heed = breaker.heed
+    if heed is not None:
+        heed()
     permit, opened_to_probe = breaker.closed_admission or breaker.allow()
     if opened_to_probe is not None:
         report(attempt, opened_to_probe)

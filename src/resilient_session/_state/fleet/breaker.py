@@ -108,8 +108,10 @@ class FleetBreaker(CircuitBreaker):
         rng: random.Random,
         wake: Callable[[], None],
         hurry: Callable[[], None] | None = None,
+        heed: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(host, policy, clock, rng)
+        self.heed = heed
         self._wake = wake
         # What an opening made here calls instead: the fleet hears of it without the gap
         # that keeps a host failing at random from waking the sync thread on every failure.

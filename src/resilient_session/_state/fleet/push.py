@@ -3,7 +3,11 @@
 A worker reads the fleet's state at its syncs. An opening is pushed besides: the script that
 makes it publishes it (``lua.SYNC``) on a channel under the key prefix, and each session's
 listener thread, subscribed to that channel, hands it to its backend, which opens the host's
-breaker at once. A push is a head start, never the only way in: one
+breaker at once. A try does not wait for that thread to be scheduled: before it goes out, the
+caller's thread looks whether the subscribed socket holds unread data, and if so waits (a few
+ms at most) for the listener to take it in (``Inbox``), so a worker whose listener is still
+waiting for a core sends nothing to a host the fleet opened. A push is a head start, never the
+only way in: one
 missed (the listener reconnecting, Redis gone) is read at the next sync of a host in use, and
 each idle host is read once when the listener is subscribed again. The listener logs nothing
 and no call waits on it: a Redis that is down or paused costs it a reconnect now and then.
@@ -12,6 +16,8 @@ and no call waits on it: a Redis that is down or paused costs it a reconnect now
 from __future__ import annotations
 
 import contextlib
+import select
+import threading
 import weakref
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -28,6 +34,9 @@ _ANSWER_WITHIN: Final = 2.0
 # Reconnects back off from the first to the last, doubling; a subscription heard resets it.
 _RETRY_FIRST: Final = 0.05
 _RETRY_LAST: Final = 1.0
+# A try waits this long at most for the listener to take in what its socket holds; a listener
+# that takes longer is not waited for again until it takes something in.
+_HEED_WITHIN: Final = 0.05
 # As the script checks a generation: an integer in [0, 2^52].
 _MAX_GENERATION: Final = 2**52
 _MAX_DIGITS: Final = 16
@@ -74,6 +83,63 @@ def _count(text: str) -> bool:
     return 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()
 
 
+class Inbox:
+    """The listener's socket as a caller's thread sees it: whether it holds data not yet read,
+    and a wait for the listener to take it in. One per backend, across its connections."""
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._taken = threading.Condition(threading.Lock())
+        self._listener = 0
+        self._stalled = False
+
+    def watch(self, pubsub: Any) -> None:
+        """On the listener's thread: look at *pubsub*'s socket from now on (None: at none)."""
+        fd = -1
+        if pubsub is not None:
+            # redis-py keeps the socket private; without one the callers never wait.
+            sock = getattr(getattr(pubsub, "connection", None), "_sock", None)
+            with contextlib.suppress(Exception):
+                fd = int(sock.fileno()) if sock is not None else -1
+        self._listener = threading.get_ident()
+        self._fd = fd
+
+    def took(self) -> None:
+        """On the listener's thread: what was read has been handed over."""
+        with self._taken:
+            self._stalled = False
+            self._taken.notify_all()
+
+    def reset(self) -> None:
+        """In a forked child: the parent's socket and thread are not this process's."""
+        self._fd = -1
+        self._taken = threading.Condition(threading.Lock())
+        self._stalled = False
+
+    def heed(self) -> None:
+        """Before a try: when the socket holds unread data (an opening, most likely), wait until
+        the listener has taken it in. Costs a ``select`` of no timeout (~1.5 µs) otherwise."""
+        fd = self._fd
+        if fd < 0 or self._stalled or not _unread(fd):
+            return
+        if threading.get_ident() == self._listener:
+            # A hook the listener runs makes a call: it is taking the data in already.
+            return
+        taken = self._taken
+        with taken:
+            if not taken.wait_for(lambda: self._fd != fd or not _unread(fd), _HEED_WITHIN):
+                self._stalled = True
+
+
+def _unread(fd: int) -> bool:
+    try:
+        readable, _, _ = select.select((fd,), (), (), 0)
+    except (OSError, ValueError):
+        # Closed between the look and the select: nothing left to wait for.
+        return False
+    return bool(readable)
+
+
 class Stop(Protocol):
     """When the thread ends (a ``threading.Event``), and how it waits between connections."""
 
@@ -95,19 +161,28 @@ class Listener(Protocol):
         """An opening pushed; never raises."""
 
 
-def run(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock = SYSTEM_CLOCK) -> None:
+def run(
+    ref: weakref.ref[Listener],
+    stop: Stop,
+    name: str,
+    clock: Clock = SYSTEM_CLOCK,
+    inbox: Inbox | None = None,
+) -> None:
     """Listen on channel *name* until *stop* is set or the backend is collected, subscribing
-    again, backed off, after every lost connection."""
+    again, backed off, after every lost connection; *inbox* shows the callers its socket."""
+    inbox = inbox if inbox is not None else Inbox()
     retry = _RETRY_FIRST
     while not stop.is_set():
-        heard = _connection(ref, stop, name, clock)
+        heard = _connection(ref, stop, name, clock, inbox)
         if heard is None:
             return
         retry = _RETRY_FIRST if heard else min(2 * retry, _RETRY_LAST)
         stop.wait(retry)
 
 
-def _connection(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock) -> bool | None:
+def _connection(
+    ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock, inbox: Inbox
+) -> bool | None:
     """One connection's life, from subscribing to its loss; whether its subscription was
     heard, or None once the backend is collected."""
     listener = ref()
@@ -115,13 +190,15 @@ def _connection(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock)
         return None
     subscription = None
     try:
-        subscription = _Subscription(listener.pubsub(), clock)
+        subscription = _Subscription(listener.pubsub(), clock, inbox)
         # Not held while listening, so a session dropped without close() is still collected.
         del listener
         subscription.listen(ref, stop, name)
     except Exception:  # noqa: BLE001, S110 - a lost connection; the syncs read what it missed
         pass
     finally:
+        inbox.watch(None)
+        inbox.took()
         if subscription is not None:
             _close(subscription.pubsub)
     listener = ref()
@@ -134,19 +211,22 @@ def _connection(ref: weakref.ref[Listener], stop: Stop, name: str, clock: Clock)
 class _Subscription:
     """One connection subscribed to the channel, and whether its subscription was heard."""
 
-    def __init__(self, pubsub: Any, clock: Clock) -> None:
+    def __init__(self, pubsub: Any, clock: Clock, inbox: Inbox) -> None:
         self.pubsub = pubsub
         self.heard = False
         self._clock = clock
+        self._inbox = inbox
 
     def listen(self, ref: weakref.ref[Listener], stop: Stop, name: str) -> None:
         """Subscribe and hand each opening heard to the listener, until *stop*, the listener
         collected, or a silence nothing answers; raises on a failed read."""
-        pubsub, clock = self.pubsub, self._clock
+        pubsub, clock, inbox = self.pubsub, self._clock, self._inbox
         pubsub.subscribe(name)
         pinged = False
         heard_at = clock.monotonic()
         while not stop.is_set():
+            # Its socket as of now: redis-py may have connected again inside the last read.
+            inbox.watch(pubsub)
             message = pubsub.get_message(timeout=POLL)
             listener = ref()
             if listener is None:
@@ -154,6 +234,7 @@ class _Subscription:
             now = clock.monotonic()
             if message is None:
                 del listener
+                inbox.took()
                 if not self.heard or pinged:
                     if now - heard_at >= _ANSWER_WITHIN:
                         return
@@ -171,6 +252,7 @@ class _Subscription:
                 self.heard = True
                 listener.listening(True)
             del listener
+            inbox.took()
 
 
 def _close(pubsub: Any) -> None:

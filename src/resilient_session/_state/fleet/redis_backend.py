@@ -120,6 +120,8 @@ class RedisBackend:
         # Held for each sync, and by a fork for its duration: a sync takes the registry's,
         # the guards' and redis-py's locks, and one held at a fork stays held in the child.
         self._syncing = threading.Lock()
+        # The listener's socket, which each try looks at before it goes out (push.Inbox).
+        self._inbox = push.Inbox()
         self._begin()
         _live.add(self)
 
@@ -136,6 +138,7 @@ class RedisBackend:
         self._failed_syncs = 0
         self._worker = uuid.uuid4().hex
         self._subscription: Any = None
+        self._inbox.reset()
         self._roster.pushed(False)
         self._thread = threading.Thread(
             target=sync_thread.run,
@@ -145,7 +148,7 @@ class RedisBackend:
         )
         self._listener = threading.Thread(
             target=push.run,
-            args=(weakref.ref(self), self._stop, self._channel),
+            args=(weakref.ref(self), self._stop, self._channel, SYSTEM_CLOCK, self._inbox),
             name=push.THREAD_NAME,
             daemon=True,
         )
@@ -199,6 +202,7 @@ class RedisBackend:
                 rng,
                 functools.partial(self._touch, key),
                 functools.partial(self._hurry, key),
+                self._inbox.heed,
             ),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
