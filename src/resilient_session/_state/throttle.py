@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from resilient_session.clock import Clock
 from resilient_session.config.policy import ThrottlePolicy
 
+from .tally import Tally
+
 # The window is kept as a ring of fixed buckets, so memory is fixed and expiry costs one
 # bucket per bucket-width of time. One bucket per second up to this many, wider beyond: a day's
 # window in 120 buckets of 12 minutes reacts no worse than the day it spans.
@@ -57,12 +59,15 @@ class AdaptiveThrottle:
         "_accepts",
         "_buckets",
         "_clock",
+        "_folded",
         "_k",
         "_lock",
         "_min_tries",
         "_newest",
         "_others_accepts",
         "_others_tries",
+        "_quiet",
+        "_quietly_accepted",
         "_rng",
         "_sent_accepts",
         "_sent_tries",
@@ -99,6 +104,11 @@ class AdaptiveThrottle:
         self._others_accepts = 0
         self._sent_tries = 0
         self._sent_accepts = 0
+        # Accepted tries of calls that began in the newest bucket, counted without the lock or
+        # the clock (tally.py) and folded into that bucket by the next step under the lock.
+        self._quiet = Tally()
+        self._quietly_accepted = self._quiet.ticks
+        self._folded = 0
         # Whether the window holds more failures than ``k - 1``, the least excess a refusal
         # needs: while it does not, no try can be refused, and the throttle stage skips
         # ask() (~1,200 instructions a try). Kept by whatever changes the failures, under
@@ -115,6 +125,7 @@ class AdaptiveThrottle:
         if not self.may_refuse:
             return None
         with self._lock:
+            self._fold()
             # The slide and the two checks spelled out: this runs on every try.
             now = self._clock.monotonic() // self._width
             if now > self._newest:
@@ -132,6 +143,16 @@ class AdaptiveThrottle:
                 return None
             self._throttled += 1
             return probability
+
+    def accepted(self, began: float) -> None:
+        """Count a sent try the host answered without failing, of a call that began at
+        *began* (this throttle's clock): while that is in the newest bucket, without the lock
+        or a clock read (~2,000 instructions). An accept changes no failure count, so
+        may_refuse stays as it is."""
+        if began // self._width <= self._newest:
+            next(self._quietly_accepted)
+        else:
+            self.record(True)
 
     def record(self, accepted: bool) -> None:
         """Count one sent try the host answered; *accepted* unless it failed (5xx, 429, a
@@ -160,6 +181,7 @@ class AdaptiveThrottle:
     def reset(self) -> None:
         """Empty the window: the host was just proven healthy. The refusal count stays."""
         with self._lock:
+            self._fold()
             self._tries = [0] * self._buckets
             self._accepts = [0] * self._buckets
             self._total_tries = self._total_accepts = 0
@@ -179,6 +201,7 @@ class AdaptiveThrottle:
 
     def snapshot(self) -> ThrottleSnapshot:
         with self._lock:
+            self._fold()
             self._slide(int(self._clock.monotonic() // self._width))
             tries = self._total_tries + self._others_tries
             accepts = self._total_accepts + self._others_accepts
@@ -194,12 +217,27 @@ class AdaptiveThrottle:
             return 0.0
         return excess / (tries + 1)
 
+    def _fold(self) -> None:
+        """Count the quiet accepts in the newest bucket (the lock held)."""
+        quiet = self._quiet.value() - self._folded
+        if quiet:
+            self._folded += quiet
+            index = self._newest % self._buckets
+            self._tries[index] += quiet
+            self._accepts[index] += quiet
+            self._total_tries += quiet
+            self._total_accepts += quiet
+            self._sent_tries += quiet
+            self._sent_accepts += quiet
+
     def _slide(self, now: int) -> None:
         """Move the window up to bucket *now*, emptying the buckets that fell out of it."""
         newest = self._newest
         if now <= newest:
             # Still the newest bucket (or a clock that stepped back, kept in it).
             return
+        # The quiet accepts came while the newest bucket was the newest: theirs.
+        self._fold()
         buckets = self._buckets
         if now - newest >= buckets:
             self._tries = [0] * buckets

@@ -29,7 +29,7 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     response = outcome.response
     if response is not None and response.status_code < 400 and outcome.error is None:
         # The table's answered row, without its three frames (~1,000 instructions).
-        throttle.record(True)
+        throttle.accepted(attempt.call.started_at)
         return outcome
     accepted = meaning_of(outcome, state.table).accepted
     if accepted is not None:

@@ -25,9 +25,10 @@ class FleetBucket(TokenBucket):
     def exchange(self) -> tuple[int, int]:
         """``(deposits, withdrawals)`` since the last exchange; a refund counts as -1."""
         with self._lock:
-            deposits = self._first_tries - self._sent_first_tries
+            first_tries = self._first_tries.value()
+            deposits = first_tries - self._sent_first_tries
             withdrawals = self._retries - self._sent_retries
-            self._sent_first_tries = self._first_tries
+            self._sent_first_tries = first_tries
             self._sent_retries = self._retries
             return deposits, withdrawals
 
@@ -40,7 +41,7 @@ class FleetBucket(TokenBucket):
     def adopt(self, fleet_tokens: float, workers: int) -> None:
         """Hold this worker's share of the fleet's *fleet_tokens*, split among *workers*."""
         with self._lock:
-            since = (self._first_tries - self._sent_first_tries) * self._ratio - (
+            since = (self._first_tries.value() - self._sent_first_tries) * self._ratio - (
                 self._retries - self._sent_retries
             )
             share = fleet_tokens / max(1, workers)

@@ -29,6 +29,7 @@ class FleetThrottle(AdaptiveThrottle):
         """``(tries, accepts)`` counted since the last exchange, then this worker's window
         totals ``(tries, accepts)``, which the fleet's include."""
         with self._lock:
+            self._fold()
             tries, accepts = self._sent_tries, self._sent_accepts
             self._sent_tries = self._sent_accepts = 0
             return tries, accepts, self._total_tries, self._total_accepts
