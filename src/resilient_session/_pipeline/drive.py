@@ -53,13 +53,18 @@ def _link(middleware: Middleware, call_next: Next) -> Next:
 
 
 def drive(handler: Next, attempt: Attempt) -> Outcome:
-    """Run tries until a decision is final; the only loop and the only place that sleeps, on
-    the call's clock."""
+    """Run tries until a decision is final, from *attempt* on."""
+    return resume(handler, attempt, handler(attempt))
+
+
+def resume(handler: Next, attempt: Attempt, outcome: Outcome) -> Outcome:
+    """Run tries after *attempt* ended in *outcome* until a decision is final; the only loop
+    and the only place that sleeps, on the call's clock."""
     while True:
-        outcome = handler(attempt)
         decision = outcome.decision
         if decision.verdict is not _RETRY:
             return outcome
         if decision.wait > 0:
             attempt.call.runtime.clock.sleep(decision.wait)
         attempt = attempt.next(outcome)
+        outcome = handler(attempt)

@@ -59,8 +59,15 @@ class LimitSnapshot:
 class ConcurrencyLimit:
     """At most ``limit`` tries in flight to one host; a try over it waits, then is refused.
 
-    One lock guards every field; a ``threading.Condition`` on it wakes a waiting try when a
-    slot frees or the limit grows. Nothing slow runs under the lock: waiting releases it.
+    A free slot is a token in a list: a try takes one with ``pop()`` and gives it back with
+    ``append()``, each one call into C that the GIL runs whole, so a try that finds a slot and
+    gives it back as it was costs no lock (two lock pairs, ~2,000 instructions a try). Tokens
+    are made as the flight first needs them (``_unissued``), so the list is as long as the
+    most tries ever in flight at once, not as the limit. The tokens out, free and unissued
+    always number the limit plus those owed (taken back as they return, after the limit fell
+    below the flight). Everything else happens under one lock: waiting,
+    on a ``threading.Condition`` on it that a returned token or a grown limit wakes; adapting
+    the limit; the burst. Nothing slow runs under the lock: waiting releases it.
     """
 
     # A registry keeps up to max_hosts of these: slots, and the condition made on first wait.
@@ -68,12 +75,14 @@ class ConcurrencyLimit:
         "_burst",
         "_cap",
         "_clock",
-        "_in_flight",
+        "_free",
         "_limit",
         "_limited",
         "_lock",
+        "_owed",
         "_policy",
         "_slot_freed",
+        "_unissued",
         "_waiter",
         "_waiting",
         "host",
@@ -89,13 +98,15 @@ class ConcurrencyLimit:
         self._lock = threading.Lock()
         self._slot_freed: threading.Condition | None = None
         self._limit = float(policy.initial)
-        # int(self._limit), kept beside it so admission compares two ints.
+        # int(self._limit), kept beside it: the tokens it stands for.
         self._cap = policy.initial
+        self._free: list[None] = []
+        self._unissued = policy.initial
+        self._owed = 0
         # What the limit rises to when a host that has not answered yet is sent more than
         # initial at once; 0 once it has answered, or when that would be no rise at all.
         burst = min(policy.max, policy.initial_burst)
         self._burst = burst if burst > policy.initial else 0
-        self._in_flight = 0
         self._waiting = 0
         self._limited = 0
 
@@ -108,25 +119,54 @@ class ConcurrencyLimit:
         """Take a slot (True), waiting up to ``max_wait`` and never past *deadline_at* (a
         ``clock.monotonic()`` instant) when none is free; False when none freed in time.
 
-        The clock is read only when the try has to wait, so a free slot costs one lock.
+        A free slot costs one ``pop()``: no lock, no clock.
         """
-        # acquire and release, not ``with``: its __exit__ call costs ~1,000 instructions a try.
-        lock = self._lock
-        lock.acquire()
         try:
-            if self._in_flight < self._cap:
-                self._in_flight += 1
+            self._free.pop()
+        except IndexError:
+            return self._acquire_when_full(deadline_at)
+        return True
+
+    def _acquire_when_full(self, deadline_at: float | None) -> bool:
+        with self._lock:
+            if self._take():
                 return True
-            if self._in_flight < self._burst:
+            if self._flight() < self._burst:
                 # No answer yet, so no growth yet: a waiting try would wait a whole round
                 # trip. The first answer puts the limit back on evidence (_end_burst).
-                self._cap = self._burst
                 self._limit = float(self._burst)
-                self._in_flight += 1
-                return True
+                self._resize(self._burst)
+                if self._take():
+                    return True
             return self._wait_for_slot(deadline_at)
-        finally:
-            lock.release()
+
+    def _take(self) -> bool:
+        """A free token, or a new one while fewer than the limit were made (the lock held)."""
+        try:
+            self._free.pop()
+        except IndexError:
+            if not self._unissued:
+                return False
+            self._unissued -= 1
+        return True
+
+    def _flight(self) -> int:
+        """Tries holding a slot: the tokens there are, less the free and unissued ones."""
+        return self._cap + self._owed - len(self._free) - self._unissued
+
+    def _resize(self, cap: int) -> None:
+        """Make the limit *cap* tries (the lock held): tokens added, or taken back now from
+        the free ones and, for the rest, as tries give theirs back."""
+        change = cap - self._cap
+        self._cap = cap
+        if change > 0:
+            repaid = min(change, self._owed)
+            self._owed -= repaid
+            self._unissued += change - repaid
+        else:
+            for _ in range(-change):
+                if not self._take():
+                    self._owed += 1
 
     def _wait_for_slot(self, deadline_at: float | None) -> bool:
         clock = self._clock
@@ -137,6 +177,8 @@ class ConcurrencyLimit:
         if slot_freed is None:
             slot_freed = self._slot_freed = threading.Condition(self._lock)
         wait = self._waiter if self._waiter is not None else waiter_for(clock)
+        # Counted before each look: a token given back after a look that missed it is given
+        # back by a try that then sees this wait, and wakes it under the lock.
         self._waiting += 1
         try:
             while True:
@@ -147,52 +189,82 @@ class ConcurrencyLimit:
                 wait(slot_freed, remaining)
                 # A newcomer may have taken the freed slot first (no queue is kept): then
                 # this try waits again, for what is left of its time.
-                if self._in_flight < self._cap:
-                    self._in_flight += 1
+                if self._take():
                     return True
         finally:
             self._waiting -= 1
 
     def release(self, signal: Signal) -> None:
         """Give back a slot taken by :meth:`acquire`, adapting the limit to *signal*."""
-        # acquire and release, not ``with``: its __exit__ call costs ~1,000 instructions a try.
-        lock = self._lock
-        lock.acquire()
-        try:
-            in_flight = self._in_flight
-            self._in_flight = in_flight - 1
+        free = self._free
+        if not self._owed and (
+            signal is _IGNORE
+            or (
+                signal is _SUCCESS
+                and not self._burst
+                # Not near the limit (see _adapt), or at max: a success changes nothing.
+                and (
+                    (self._cap - self._unissued - len(free)) * 2 < self._limit
+                    or self._cap >= self._policy.max
+                )
+            )
+        ):
+            free.append(None)
+            # Read after the token is back: a try that began to wait before it counted
+            # itself first, so one of the two always sees the other.
+            if self._waiting or self._owed:
+                self._settle()
+            return
+        with self._lock:
+            # This try's slot, still out: the flight it came back from, itself included.
+            in_flight = self._flight()
+            if self._owed:
+                self._owed -= 1
+            else:
+                free.append(None)
             if self._burst and signal is not _IGNORE:
                 self._end_burst(signal, in_flight)
-            if signal is _SUCCESS:
-                # "Near the limit": at least half of it in flight, this try included. Below
-                # that the limit is not what bounds the flight, and a success there proves
-                # nothing about a higher one; growing anyway would let a quiet client's
-                # limit drift to max, and a host that then starts hanging would take max
-                # tries. So the limit stays within twice the flight it has seen succeed.
-                if in_flight * 2 >= self._limit and self._cap < self._policy.max:
-                    self._limit = min(self._policy.max, self._limit + 1.0)
-                    self._cap = int(self._limit)
-            elif signal is _DROP:
-                policy = self._policy
-                self._limit = max(policy.min, self._limit * policy.backoff_ratio)
-                self._cap = int(self._limit)
-            if self._waiting:
-                free = self._cap - self._in_flight
-                if free > 0 and self._slot_freed is not None:
-                    self._slot_freed.notify(free)
-        finally:
-            lock.release()
+            self._adapt(signal, in_flight)
+            self._wake()
+
+    def _adapt(self, signal: Signal, in_flight: int) -> None:
+        if signal is _SUCCESS:
+            # "Near the limit": at least half of it in flight, this try included. Below that
+            # the limit is not what bounds the flight, and a success there proves nothing
+            # about a higher one; growing anyway would let a quiet client's limit drift to
+            # max, and a host that then starts hanging would take max tries. So the limit
+            # stays within twice the flight it has seen succeed.
+            if in_flight * 2 >= self._limit and self._cap < self._policy.max:
+                self._limit = min(self._policy.max, self._limit + 1.0)
+                self._resize(int(self._limit))
+        elif signal is _DROP:
+            policy = self._policy
+            self._limit = max(policy.min, self._limit * policy.backoff_ratio)
+            self._resize(int(self._limit))
+
+    def _settle(self) -> None:
+        with self._lock:
+            # Tokens owed are taken back from the free ones first.
+            while self._owed and self._take():
+                self._owed -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiting and self._slot_freed is not None:
+            free = len(self._free) + self._unissued
+            if free > 0:
+                self._slot_freed.notify(free)
 
     def _end_burst(self, signal: Signal, in_flight: int) -> None:
         """The host's first answer (the lock held): the limit it came back under replaces
         the burst, which no answer had vouched for. A success shows the host answering with
         *in_flight* tries out, so the limit keeps that much (from there the rule in
-        :meth:`release` adds one); a drop shows nothing held, so the burst counts for none
+        :meth:`_adapt` adds one); a drop shows nothing held, so the burst counts for none
         and the limit falls from ``initial``."""
         self._burst = 0
         initial = self._policy.initial
         self._limit = float(in_flight if signal is _SUCCESS and in_flight > initial else initial)
-        self._cap = int(self._limit)
+        self._resize(int(self._limit))
 
     def after_fork(self) -> None:
         """In a forked child, where only the forking thread runs: a fresh lock, every slot
@@ -201,12 +273,14 @@ class ConcurrencyLimit:
         the host. No try forks while it holds a slot. The limit itself is kept."""
         self._lock = threading.Lock()
         self._slot_freed = None
-        self._in_flight = 0
+        self._free = []
+        self._unissued = self._cap
+        self._owed = 0
         self._waiting = 0
 
     def snapshot(self) -> LimitSnapshot:
         with self._lock:
-            return LimitSnapshot(self._cap, self._in_flight, self._limited)
+            return LimitSnapshot(self._cap, self._flight(), self._limited)
 
 
 def waiter_for(clock: Clock) -> Waiter:
