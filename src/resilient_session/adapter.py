@@ -34,6 +34,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 _REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
 
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 _CLOSED = BreakerState.CLOSED
 _RETRY = Verdict.RETRY
 
@@ -240,33 +241,29 @@ def start_call(
     if timeout is None:
         # The one deliberate difference from requests: a try never waits forever.
         timeout = state.default_timeout
-    method = request.method
+    method = request.method or "GET"
     # Prepared requests carry their method in capitals already: ~700 instructions.
     idempotent = method in IDEMPOTENT_METHODS
     if not idempotent:
-        method = (method or "GET").upper()
+        method = method.upper()
         idempotent = method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers
-    # Positional, in the fields' declared order: this runs once per call.
-    return _new_tuple(
-        Call,
-        (
-            request,
-            method,
-            state,
-            runtime,
-            stream,
-            timeout,
-            verify,
-            cert,
-            proxies,
-            deadline_at,
-            now,
-            idempotent,
-            request.body is None
-            or isinstance(request.body, _REPLAYABLE_BODIES)
-            or _rereadable(request.body),
-        ),
-    )
+    # Made field by field, without a constructor's frame: this runs once per call.
+    call = _new_object(Call)
+    call.request = request
+    call.method = method
+    call.state = state
+    call.runtime = runtime
+    call.stream = stream
+    call.timeout = timeout
+    call.verify = verify
+    call.cert = cert
+    call.proxies = proxies
+    call.deadline_at = deadline_at
+    call.started_at = now
+    call.idempotent = idempotent
+    body = request.body
+    call.replayable = body is None or isinstance(body, _REPLAYABLE_BODIES) or _rereadable(body)
+    return call
 
 
 def _rereadable(body: object) -> bool:

@@ -67,6 +67,7 @@ class Decision(NamedTuple):
 CALLS_OWN = "_resilient_session_calls_own"
 
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 
 # What an outcome says until a stage decides: terminal, so a chain without a decide stage
 # never loops.
@@ -116,8 +117,30 @@ class Outcome(NamedTuple):
         return self.response
 
 
-class Call(NamedTuple):
-    """What stays the same across the tries of one ``adapter.send``."""
+class Call:
+    """What stays the same across the tries of one ``adapter.send``; made by
+    ``adapter.start_call`` alone.
+
+    A class with slots, not a NamedTuple: the stages read its fields about twenty times a
+    call, and the interpreter reads a slot through its specialised path, a NamedTuple's field
+    through a descriptor (~145 instructions more a read, ~2,500 a call).
+    """
+
+    __slots__ = (
+        "cert",
+        "deadline_at",
+        "idempotent",
+        "method",
+        "proxies",
+        "replayable",
+        "request",
+        "runtime",
+        "started_at",
+        "state",
+        "stream",
+        "timeout",
+        "verify",
+    )
 
     request: requests.PreparedRequest
     method: str
@@ -133,6 +156,18 @@ class Call(NamedTuple):
     started_at: float
     idempotent: bool
     replayable: bool
+
+    def replace(self, **changes: Any) -> Call:
+        """A copy with the fields named in *changes* set to their values."""
+        copy = _new_object(Call)
+        for name in Call.__slots__:
+            setattr(copy, name, changes.pop(name, getattr(self, name)))
+        if changes:
+            raise TypeError(f"Call has no field {sorted(changes)[0]!r}")
+        return copy
+
+    def __repr__(self) -> str:
+        return f"Call({self.method} {self.state.key}, deadline_at={self.deadline_at})"
 
 
 class Attempt(NamedTuple):

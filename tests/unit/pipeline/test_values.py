@@ -10,6 +10,7 @@ from resilient_session._pipeline.attempt import (
     ANSWERED,
     UNDECIDED,
     Attempt,
+    Call,
     Decision,
     Outcome,
     Reason,
@@ -23,7 +24,8 @@ from resilient_session.deadline import deadline
 
 
 def test_a_call_holds_every_value_under_its_name(clock):
-    """start_call, which builds a Call positionally, puts each value in its named field."""
+    """start_call, which builds a Call field by field, puts each value in its named field and
+    leaves none unset."""
     registry = HostRegistry(Config(), clock=clock)
     request = requests.Request("PUT", "http://svc.test:8080/x", data=b"abc").prepare()
     started = clock.monotonic()
@@ -37,7 +39,7 @@ def test_a_call_holds_every_value_under_its_name(clock):
             cert="client.pem",
             proxies={"http": "http://proxy.test:3128"},
         )
-    assert call._asdict() == {
+    assert {name: getattr(call, name) for name in Call.__slots__} == {
         "request": request,
         "method": "PUT",
         "state": registry.for_url("http://svc.test:8080/"),
