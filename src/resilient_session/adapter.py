@@ -13,7 +13,7 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict
+from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict, first_attempt
 from ._pipeline.drive import Next, resume
 from ._pipeline.stages import standard_chain
 from ._state.breaker import BreakerState
@@ -153,7 +153,7 @@ class ResilientAdapter(HTTPAdapter):
         # Attempt.first and Outcome.unwrap, inlined for the call that ends with a response of
         # its own: two frames a call. The first try is sent here and the loop entered only
         # for a retry: a frame less (~400 instructions) for a call its first try ends.
-        first = _new_tuple(Attempt, (call, 1, request, call.timeout, None, None))
+        first = first_attempt(call)
         outcome = self._chain(first)
         if outcome.decision.verdict is _RETRY:
             outcome = resume(self._chain, first, outcome)

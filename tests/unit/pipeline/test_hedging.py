@@ -223,8 +223,8 @@ def test_streamed_calls_and_later_tries_never_race(harness):
     h = harness({"defaults": {"hedging": HEDGING}})
     chain, ran = _spies()
     attempt = h.first_attempt()
-    chain(attempt._replace(call=attempt.call.replace(stream=True)))
-    chain(attempt._replace(number=2))
+    chain(attempt.replace(call=attempt.call.replace(stream=True)))
+    chain(attempt.replace(number=2))
     assert ran == ["plain", "plain"]
 
 

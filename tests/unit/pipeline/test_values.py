@@ -93,13 +93,14 @@ def test_an_outcome_keeps_its_fields_through_each_positional_rebuild():
 
 @responses.activate
 def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(clock):
-    """The adapter's own try and Attempt.first, both built positionally."""
+    """The adapter's own try, built positionally, and the first attempt, built field by field,
+    with none left unset."""
     responses.get("http://svc.test/item", body=b"ok")
     adapter = ResilientAdapter(clock=clock)
     request = requests.Request("GET", "http://svc.test/item").prepare()
     call = start_call(request, adapter.registry, timeout=4.0)
     attempt = Attempt.first(call)
-    assert attempt._asdict() == {
+    assert {name: getattr(attempt, name) for name in Attempt.__slots__} == {
         "call": call,
         "number": 1,
         "request": request,

@@ -258,7 +258,7 @@ def test_hammer_never_exceeds_the_limit_and_ends_empty(harness, low, high):
     state = first.call.state
     assert state.limit is not None
     limit = ConcurrencyLimit(state.key, state.policy.limit, clock, wait_a_little)
-    attempt = first._replace(call=first.call.replace(state=replace(state, limit=limit)))
+    attempt = first.replace(call=first.call.replace(state=replace(state, limit=limit)))
     stage = limit_concurrency
     peak = [0]
     in_flight = threading.Event()  # never set: its wait is a pause that is not a sleep

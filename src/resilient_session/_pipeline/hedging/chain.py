@@ -19,7 +19,6 @@ from resilient_session._pipeline.intent import caller_retries
 from .race import RACE, Race
 
 _RETRY = Verdict.RETRY
-_new_tuple = tuple.__new__
 
 
 class HedgedChain:
@@ -65,7 +64,7 @@ class HedgedChain:
             return outcome
         # The race gave out try numbers up to race.launched: the retry after it comes next.
         # drive() is still the one that waits and loops, from the race's outcome on.
-        last = _new_tuple(Attempt, (call, race.launched, call.request, call.timeout, None, None))
+        last = Attempt(call, race.launched, call.request, call.timeout)
         return drive(_Resumed(outcome, last, self._plain), last)
 
 

@@ -203,7 +203,7 @@ class Race:
         """Send hedge *number* through the stages, on a worker, in a copy of the caller's
         context; hand its outcome to the caller when it won."""
         call = self.call
-        attempt = _new_tuple(Attempt, (call, number, call.request, call.timeout, None, None))
+        attempt = Attempt(call, number, call.request, call.timeout)
         context = self._context.copy()
         outcome: Outcome | None = None
         error: BaseException | None = None

@@ -46,9 +46,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
             header_store(request.headers)[attempt_header.lower()] = (attempt_header, value)
             return call_next(attempt)
         request = with_headers(request, ((attempt_header, attempt_value(attempt)),))
-        # Attempt.sending, inlined: it and the generated constructor are two frames a try.
-        sent = (call, attempt.number, request, attempt.timeout, attempt.last_real, attempt.cookies)
-        return call_next(_new_tuple(Attempt, sent))
+        return call_next(attempt.sending(request, attempt.timeout))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
         error = DeadlineExceeded(
@@ -140,7 +138,6 @@ def with_headers(
 
 
 _new_object = object.__new__
-_new_tuple = tuple.__new__
 
 
 def attempt_value(attempt: Attempt) -> str:
