@@ -98,6 +98,7 @@ class Inbox:
         self._listener = 0
         self._stalled = False
         self._next_look = 0.0
+        self._looking = False
         self._unread_seen = False
 
     def watch(self, pubsub: Any) -> None:
@@ -122,6 +123,7 @@ class Inbox:
         self._fd = -1
         self._taken = threading.Condition(threading.Lock())
         self._stalled = False
+        self._looking = False
         self._unread_seen = False
 
     def heed(self) -> None:
@@ -132,14 +134,20 @@ class Inbox:
             return
         if not self._unread_seen:
             now = _monotonic()
-            # Unlocked: two threads looking at once cost a second look, never a missed one.
-            if now < self._next_look:
+            # Unlocked: two threads looking at once cost a second look, never a missed one. A
+            # look under way (the select lets other threads run) is no reason to skip one.
+            if now < self._next_look and not self._looking:
                 return
             self._next_look = now + _LOOK_EVERY
-            if not _unread(fd):
+            self._looking = True
+            unread = _unread(fd)
+            if unread:
+                # Every other thread's try waits with this one, looked or not. Set before the
+                # look is over, so a thread that skips a look sees one or the other.
+                self._unread_seen = True
+            self._looking = False
+            if not unread:
                 return
-            # Every other thread's try waits with this one, looked or not.
-            self._unread_seen = True
         if threading.get_ident() == self._listener:
             # A hook the listener runs makes a call: it is taking the data in already.
             return
