@@ -224,15 +224,20 @@ def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.E
 
 
 def _held_back(
-    session: ResilientSession,
+    url: str,
     admin: redis.Redis,
     prefix: str,
-    gate: threading.Event,
-    waiting: threading.Event,
-    key: str,
-) -> None:
-    """Hold the session's listener before its next read, then publish an opening of *key*
-    that lies unread on its socket."""
+    upstream: FlakyUpstream,
+    sessions: Callable[..., ResilientSession],
+    gated: tuple[threading.Event, threading.Event],
+) -> tuple[ResilientSession, RedisBackend, str]:
+    """A session that has called *upstream*'s host once, whose listener is then held before
+    its next read while an opening of that host is published and lies unread on its socket:
+    the session, its backend and the host's key."""
+    gate, waiting = gated
+    session = sessions(_config(url, prefix))
+    key = _key(upstream)
+    assert session.get(upstream.url("/")).status_code == 200
     _wait_until(_subscribed(admin, prefix, 1))
     gate.clear()
     waiting.clear()
@@ -242,6 +247,7 @@ def _held_back(
     backend = session.registry.backend
     assert isinstance(backend, RedisBackend)
     _wait_until(lambda: push._unread(backend._inbox._fd))
+    return session, backend, key
 
 
 def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
@@ -250,14 +256,10 @@ def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
     """The listener has not read the opening yet (no core has run it): the next tries, from 8
     threads at once, wait for it to, and fail fast instead of reaching the host."""
     monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
-    gate, waiting = gated
-    session = sessions(_config(redis_server.url, key_prefix))
-    key = _key(upstream)
-    assert session.get(upstream.url("/")).status_code == 200
-    _held_back(session, admin, key_prefix, gate, waiting, key)
+    session, _, key = _held_back(redis_server.url, admin, key_prefix, upstream, sessions, gated)
     hits = upstream.hits("/")
     # The listener runs again a moment after the try began to wait for it.
-    threading.Timer(0.05, gate.set).start()
+    threading.Timer(0.05, gated[0].set).start()
     raised: list[type[BaseException]] = []
 
     def call() -> None:
@@ -282,19 +284,15 @@ def test_a_listener_that_does_not_read_is_waited_for_once_and_briefly(
     """A listener that takes longer than the wait: the try goes out after it, and the next
     tries do not wait until the listener reads again; then the opening is followed."""
     monkeypatch.setattr(push, "_HEED_WITHIN", 0.2)
-    gate, waiting = gated
-    session = sessions(_config(redis_server.url, key_prefix))
-    key = _key(upstream)
-    assert session.get(upstream.url("/")).status_code == 200
-    _held_back(session, admin, key_prefix, gate, waiting, key)
-    backend = session.registry.backend
-    assert isinstance(backend, RedisBackend)
+    session, backend, key = _held_back(
+        redis_server.url, admin, key_prefix, upstream, sessions, gated
+    )
     hits = upstream.hits("/")
     for _ in range(3):
         assert session.get(upstream.url("/")).status_code == 200
     assert upstream.hits("/") == hits + 3
     assert backend._inbox._stalled
-    gate.set()
+    gated[0].set()
     _wait_until(lambda: session.health()[key].breaker.value == "open")
     assert not backend._inbox._stalled
     with pytest.raises(CircuitOpenError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import requests
 from requests.cookies import RequestsCookieJar
@@ -161,12 +161,7 @@ class Call:
 
     def replace(self, **changes: Any) -> Call:
         """A copy with the fields named in *changes* set to their values."""
-        copy = _new_object(Call)
-        for name in Call.__slots__:
-            setattr(copy, name, changes.pop(name, getattr(self, name)))
-        if changes:
-            raise TypeError(f"Call has no field {sorted(changes)[0]!r}")
-        return copy
+        return _replaced(self, changes)
 
     def __repr__(self) -> str:
         return f"Call({self.method} {self.state.key}, deadline_at={self.deadline_at})"
@@ -224,15 +219,24 @@ class Attempt:
 
     def replace(self, **changes: Any) -> Attempt:
         """A copy with the fields named in *changes* set to their values."""
-        copy = _new_object(Attempt)
-        for name in Attempt.__slots__:
-            setattr(copy, name, changes.pop(name, getattr(self, name)))
-        if changes:
-            raise TypeError(f"Attempt has no field {sorted(changes)[0]!r}")
-        return copy
+        return _replaced(self, changes)
 
     def __repr__(self) -> str:
         return f"Attempt({self.number} of {self.call!r})"
+
+
+_Slotted = TypeVar("_Slotted", Call, Attempt)
+
+
+def _replaced(value: _Slotted, changes: dict[str, Any]) -> _Slotted:
+    """A copy of *value* (a Call or an Attempt) with *changes* set, every other field kept."""
+    kind = type(value)
+    copy = _new_object(kind)
+    for name in kind.__slots__:
+        setattr(copy, name, changes.pop(name, getattr(value, name)))
+    if changes:
+        raise TypeError(f"{kind.__name__} has no field {sorted(changes)[0]!r}")
+    return copy
 
 
 def first_attempt(call: Call) -> Attempt:
