@@ -182,15 +182,15 @@ class ConcurrencyLimit:
         self._waiting += 1
         try:
             while True:
+                # A newcomer may have taken the freed slot first (no queue is kept): then
+                # this try waits again, for what is left of its time.
+                if self._take():
+                    return True
                 remaining = wait_until - clock.monotonic()
                 if remaining <= 0:
                     self._limited += 1
                     return False
                 wait(slot_freed, remaining)
-                # A newcomer may have taken the freed slot first (no queue is kept): then
-                # this try waits again, for what is left of its time.
-                if self._take():
-                    return True
         finally:
             self._waiting -= 1
 
