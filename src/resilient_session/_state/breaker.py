@@ -108,7 +108,6 @@ class CircuitBreaker:
         self._probes = 0
         # Counted without the lock on the happy path (tally.py).
         self._tries = Tally()
-        self._counted = self._tries.ticks
         self._failures = 0
         self._rejected = 0
         self._refused_inside = 0
@@ -160,7 +159,7 @@ class CircuitBreaker:
             # The happy path, without the lock (~1,000 instructions): a success in the current
             # closed epoch, with no run of failures to end, changes nothing but the count. A
             # change racing these reads lands after this try, as one a moment later would.
-            next(self._counted)
+            next(self._tries.ticks)
             return _STILL_CLOSED
         # acquire and release, not ``with``: its __exit__ call costs ~1,000 instructions a try.
         lock = self._lock
@@ -168,11 +167,11 @@ class CircuitBreaker:
         try:
             if result is _SUCCESS and permit is self._closed_permit and self._window is None:
                 # A success in the current CLOSED epoch only ends the run.
-                next(self._counted)
+                next(self._tries.ticks)
                 self._consecutive_failures = 0
                 return _STILL_CLOSED
             if sent:
-                next(self._counted)
+                next(self._tries.ticks)
             elif counted:
                 self._refused_inside += 1
             if result is TryResult.FAILURE:

@@ -43,13 +43,12 @@ class TokenBucket:
         self._refilled_at = clock.monotonic()
         # Counted without the lock (tally.py): a deposit into a full bucket takes none.
         self._first_tries = Tally()
-        self._deposited = self._first_tries.ticks
         self._retries = 0
         self._exhausted = 0
 
     def deposit(self) -> None:
         """Credit one first try."""
-        next(self._deposited)
+        next(self._first_tries.ticks)
         # A full bucket, the usual case, has nothing to gain, and is told without the lock
         # (~1,000 instructions): a withdrawal racing this read lands after the deposit, which
         # a full bucket could not have kept either. Leaving the refill time behind is harmless

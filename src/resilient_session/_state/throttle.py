@@ -67,7 +67,6 @@ class AdaptiveThrottle:
         "_others_accepts",
         "_others_tries",
         "_quiet",
-        "_quietly_accepted",
         "_rng",
         "_sent_accepts",
         "_sent_tries",
@@ -107,7 +106,6 @@ class AdaptiveThrottle:
         # Accepted tries of calls that began in the newest bucket, counted without the lock or
         # the clock (tally.py) and folded into that bucket by the next step under the lock.
         self._quiet = Tally()
-        self._quietly_accepted = self._quiet.ticks
         self._folded = 0
         # Whether the window holds more failures than ``k - 1``, the least excess a refusal
         # needs: while it does not, no try can be refused, and the throttle stage skips
@@ -150,7 +148,7 @@ class AdaptiveThrottle:
         or a clock read (~2,000 instructions). An accept changes no failure count, so
         may_refuse stays as it is."""
         if began // self._width <= self._newest:
-            next(self._quietly_accepted)
+            next(self._quiet.ticks)
         else:
             self.record(True)
 

@@ -34,16 +34,11 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         request = attempt.request
         if attempt.number == 1 and request.__dict__.pop(CALLS_OWN, False):
             # A request this call alone holds carries its first try's header itself: a copy
-            # costs ~11,000 instructions, this write a few hundred. A first try that may be
-            # retried is "1; max=<max_attempts>" whatever the caller intends (attempt_value,
-            # without its frame: ~500 instructions).
-            most = call.state.policy.retry.max_attempts
-            value = (
-                _attempt_text(1, most)
-                if most > 1 and call.idempotent and call.replayable
-                else attempt_value(attempt)
+            # costs ~11,000 instructions, this write a few hundred.
+            header_store(request.headers)[attempt_header.lower()] = (
+                attempt_header,
+                attempt_value(attempt),
             )
-            header_store(request.headers)[attempt_header.lower()] = (attempt_header, value)
             return call_next(attempt)
         request = with_headers(request, ((attempt_header, attempt_value(attempt)),))
         return call_next(attempt.sending(request, attempt.timeout))

@@ -93,13 +93,9 @@ class Inbox:
     and a wait for the listener to take it in. One per backend, across its connections."""
 
     def __init__(self) -> None:
-        self._fd = -1
-        self._taken = threading.Condition(threading.Lock())
         self._listener = 0
-        self._stalled = False
         self._next_look = 0.0
-        self._looking = False
-        self._unread_seen = False
+        self.reset()
 
     def watch(self, pubsub: Any) -> None:
         """On the listener's thread: look at *pubsub*'s socket from now on (None: at none)."""
@@ -119,7 +115,8 @@ class Inbox:
             self._taken.notify_all()
 
     def reset(self) -> None:
-        """In a forked child: the parent's socket and thread are not this process's."""
+        """At the start, and in a forked child: the parent's socket and thread are not this
+        process's."""
         self._fd = -1
         self._taken = threading.Condition(threading.Lock())
         self._stalled = False
