@@ -1,7 +1,7 @@
 """CI's guard on the happy path's cost: fail when a call costs more instructions than it did.
 
-Runs the instruction meter (``../shared/tools/instr_per_call.py``, beside the clone in CI) on the
-canned transport: plain ``requests.Session`` against ``ResilientSession()`` with every guard on,
+Runs the project's instruction meter (``benchmarks/instr_meter.py``) on the canned transport:
+plain ``requests.Session`` against ``ResilientSession()`` with every guard on,
 ``X-Request-Attempt`` sent and events off. It fails when the instructions a call adds over plain
 requests exceed ``CEILING``: the figure measured when the ceiling was last set, plus about 0.5 %
 of a plain call. The guard is on the added count, not the ratio: plain requests scans
@@ -14,7 +14,7 @@ docs/results.md); one that must make it dearer says so, with the figure, where i
 Usage (from the project root, in a venv with the project installed; about a minute under
 valgrind, a few seconds under perf):
   python benchmarks/instr_guard.py
-  python benchmarks/instr_guard.py --meter /path/to/instr_per_call.py --calls 300
+  python benchmarks/instr_guard.py --calls 800
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import tempfile
 # 0.5 % of plain requests' ~2,185,000 a call. CI's venv, with more installed, counts a few
 # thousand less.
 CEILING = 50_000
-METER = os.path.join("..", "shared", "tools", "instr_per_call.py")
+METER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "instr_meter.py")
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Instructions per call over loopback: what a session costs over plain requests, counted.
 
-The method of ``instr_per_call.py`` (two whole processes that differ only in the number of
+The method of ``instr_meter.py`` (two whole processes that differ only in the number of
 calls, so start-up and import cancel: ``per_call = (I(warm + n) - I(warm)) / n``), with a real
 socket: sequential GETs over one keep-alive connection, ``timeout=(5, 30)``, to
 ``_upstream.py``'s server in a process of its own, outside the count. The counter is

@@ -13,7 +13,7 @@ change in the machine's speed lands on both halves of a pair:
 ``--profile`` runs case (a) under cProfile and times the pieces of the hot path one by one.
 ``--deadline S`` gives the resilient session of cases a-c a default deadline of S seconds, so
 each try is bounded by the deadline stage and the watchdog; ``deadline_session`` is the same
-session for ``instr_per_call.py --factory overhead:deadline_session`` and for
+session for ``instr_meter.py --factory overhead:deadline_session`` and for
 ``instr_loopback.py``, its loopback counterpart (``PYTHONPATH=benchmarks``).
 
 Usage: python benchmarks/overhead.py [--quick] [--cases abcd] [--profile] [--deadline S]

@@ -111,7 +111,7 @@ def build_slow_stack(name: str, pool: int) -> Stack:
 
 def hedged_session() -> ResilientSession:
     """A session hedging every host on ``auto``: a factory for the instruction counters
-    (``instr_per_call.py --factory tail:hedged_session``, ``PYTHONPATH=benchmarks``)."""
+    (``instr_meter.py --factory tail:hedged_session``, ``PYTHONPATH=benchmarks``)."""
     return ResilientSession({"defaults": {"hedging": HEDGING["hedging auto"]}})
 
 

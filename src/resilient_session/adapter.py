@@ -201,7 +201,7 @@ class ResilientAdapter(HTTPAdapter):
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def __getstate__(self) -> dict[str, Any]:
-        state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[call-overload]
+        state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[misc]  # not in the stubs
         runtime = self._registry.runtime
         state["_resilience"] = (self._registry.config, runtime.clock, runtime.rng)
         return state

@@ -29,9 +29,10 @@ class _Resolved(NamedTuple):
 _resolved: _Resolved | None = None
 
 # make_filtering_bound_logger hands out one class per level, built once: a logger of one of
-# these classes has its level fixed for as long as the configuration holds.
-_FIXED_LEVEL_CLASSES = frozenset(
-    structlog.make_filtering_bound_logger(level)
+# these classes has its level fixed for as long as the configuration holds. The level is read
+# from the class (is_enabled_for is structlog 25's; 24 has none).
+_FIXED_LEVEL_OF_CLASS = {
+    structlog.make_filtering_bound_logger(level): level
     for level in (
         logging.NOTSET,
         logging.DEBUG,
@@ -40,7 +41,7 @@ _FIXED_LEVEL_CLASSES = frozenset(
         logging.ERROR,
         logging.CRITICAL,
     )
-)
+}
 
 
 def logger_for(level: int) -> Any | None:
@@ -72,9 +73,10 @@ def logger_for(level: int) -> Any | None:
 
 def _resolve(config: dict[str, Any]) -> _Resolved:
     logger = _proxy.bind()
-    fixed = type(logger) in _FIXED_LEVEL_CLASSES
-    info = logger.is_enabled_for(logging.INFO) if fixed else True
-    warning = logger.is_enabled_for(logging.WARNING) if fixed else True
+    fixed_level = _FIXED_LEVEL_OF_CLASS.get(type(logger))
+    fixed = fixed_level is not None
+    info = fixed_level is None or fixed_level <= logging.INFO
+    warning = fixed_level is None or fixed_level <= logging.WARNING
     # structlog documents _logger as the wrapped logger. The stdlib's own isEnabledFor is
     # cached by the stdlib until a level changes, so asking it per event stays cheap.
     wrapped = getattr(logger, "_logger", None)

@@ -5,6 +5,7 @@ The schema is what editors check a file against; loading checks more (``SCHEMA_D
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any, Final, TypeAlias
 
 import msgspec
@@ -57,7 +58,34 @@ def schema() -> dict[str, Any]:
         "description": SCHEMA_DESCRIPTION,
         **msgspec.json.schema(ConfigDocument),
     }
+    sets = {
+        name
+        for model in result["$defs"].values()
+        for name, field in model.get("properties", {}).items()
+        if field.get("uniqueItems") is True
+    }
+    _settle(result, sets)
     return result
+
+
+def _settle(node: Any, sets: set[str]) -> None:
+    """The same schema from every install: docstrings dedented (as msgspec 0.23 and Python
+    3.13's compiler do; earlier ones keep the indent), and each set in sorted order wherever a
+    default holds one, not in the order its hash table happens to hold, which differs between a
+    module compiled from source and one loaded from a .pyc."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                node[key] = inspect.cleandoc(value)
+            elif isinstance(value, list) and (
+                key in sets or (key == "default" and node.get("uniqueItems"))
+            ):
+                node[key] = sorted(value)
+            else:
+                _settle(value, sets)
+    elif isinstance(node, list):
+        for value in node:
+            _settle(value, sets)
 
 
 # What an editor is told the schema leaves out: docs/configuration.md lists the same rules.

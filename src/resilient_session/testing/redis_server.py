@@ -13,11 +13,15 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 from resilient_session.clock import SYSTEM_CLOCK
 
 from . import _resp
+
+if TYPE_CHECKING:
+    # typing.Self is 3.11's; the project supports 3.10.
+    from typing_extensions import Self
 
 _READY_WAIT = 10.0
 _STOP_WAIT = 5.0

@@ -4,8 +4,11 @@ leaves to loading."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -147,3 +150,26 @@ def test_random_host_keys_get_the_same_verdict_from_the_schema_and_loading():
     }
     assert verdicts[(True, True, True)] > 100
     assert verdicts[(False, False, True)] > 100
+
+
+def test_schema_is_the_same_compiled_from_source_and_loaded_from_bytecode(tmp_path):
+    """A set's default iterates in its hash table's order, which differs between a module
+    compiled from source and one loaded from a .pyc (an installed copy, an editable install's
+    second run): the shipped schema equals what both write."""
+    shipped = json.loads((ROOT / "docs" / "config.schema.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(tmp_path)
+    code = "import json; from resilient_session.config import schema; print(json.dumps(schema()))"
+    written = [
+        json.loads(
+            subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+                [sys.executable, "-c", code], env=env, capture_output=True, check=True, text=True
+            ).stdout
+        )
+        for _ in range(2)
+    ]
+    assert any(tmp_path.rglob("policy*.pyc"))
+    assert written[0] == shipped
+    assert written[1] == shipped
+    defaults = shipped["$defs"]["RetryPolicy"]["properties"]["transient_statuses"]["default"]
+    assert defaults == [408, 425, 500, 502, 504]

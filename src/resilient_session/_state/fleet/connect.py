@@ -124,5 +124,8 @@ def _sentinel_master(
     )
     # The url's own options win, as they do for Redis.from_url.
     options = {**_options(policy), **given, **tls}
-    master: redis.Redis = sentinels.master_for(policy.service_name, retry=_no_retry(), **options)
+    service_name = policy.service_name
+    if service_name is None:  # config/store.py refuses mode sentinel without it
+        raise ValueError("state.service_name: mode sentinel needs the master's name")
+    master: redis.Redis = sentinels.master_for(service_name, retry=_no_retry(), **options)
     return master, list(sentinels.sentinels)

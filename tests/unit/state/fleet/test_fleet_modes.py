@@ -82,7 +82,15 @@ def test_single_mode_is_one_client_with_one_try_within_timeout():
     assert pool.connection_kwargs["db"] == 3
     retry = link.client.get_retry()
     assert retry is not None
-    assert retry.get_retries() == 0
+    tries: list[int] = []
+
+    def refused() -> None:
+        tries.append(1)
+        raise redis.ConnectionError("refused")
+
+    with pytest.raises(redis.ConnectionError):
+        retry.call_with_retry(refused, lambda error: None)
+    assert tries == [1]
     link.close()
 
 
