@@ -15,6 +15,7 @@ from ._observe.hooks import (
     TrySending,
 )
 from ._observe.otel import OpenTelemetryHook
+from ._observe.otel_requests import redacting_request_hook
 from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
@@ -76,5 +77,6 @@ __all__ = [
     "log_json_lines",
     "redact_text",
     "redact_url",
+    "redacting_request_hook",
     "remaining",
 ]

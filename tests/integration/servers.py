@@ -18,9 +18,10 @@ _STOP_WAIT = 10.0
 
 
 @contextmanager
-def waitress_server(app: Any, threads: int = 8) -> Iterator[str]:
-    """Serve the WSGI *app* with waitress on 127.0.0.1; yields its base URL."""
-    server: Any = create_server(app, host="127.0.0.1", port=0, threads=threads)
+def waitress_server(app: Any, *, threads: int = 8, **adjustments: Any) -> Iterator[str]:
+    """Serve the WSGI *app* with waitress on 127.0.0.1, with waitress's own *adjustments*
+    (``trusted_proxy=...``); yields its base URL."""
+    server: Any = create_server(app, host="127.0.0.1", port=0, threads=threads, **adjustments)
     stopping = threading.Event()
 
     def run() -> None:

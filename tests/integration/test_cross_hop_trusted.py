@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from resilient_session import ResilientSession
 from resilient_session.inbound import ASGIMiddleware, WSGIMiddleware
@@ -120,3 +121,72 @@ def test_an_untrusted_zero_deadline_is_ignored(stack, c, b_session):
     assert (untrusted.status_code, untrusted.text) == (200, "fine")
     assert (trusted.status_code, trusted.text) == (504, "DeadlineExceeded")
     assert c.hits("/c") == 1
+
+
+def flask_b_behind_a_proxy(session: ResilientSession, c_url: str) -> flask.Flask:
+    """B behind a proxy: its handler answers with C's status and the client address Flask
+    gives it."""
+    app = flask.Flask("b")
+
+    @app.get("/call")
+    def call() -> tuple[str, int]:
+        status, _ = _call_c(session, c_url)
+        return flask.request.remote_addr or "", status
+
+    return app
+
+
+FORWARDED = {"X-Request-Attempt": "1; max=2"}
+
+
+@pytest.mark.parametrize(
+    ("networks", "client", "outside", "tries"),
+    [
+        (["10.0.0.0/8"], "10.1.2.3", True, 1),
+        (["10.0.0.0/8"], "10.1.2.3", False, 3),
+        (["127.0.0.0/8"], "203.0.113.9", True, 3),
+        (["127.0.0.0/8"], "203.0.113.9", False, 1),
+    ],
+    ids=[
+        "client-trusted-proxyfix-outside",
+        "client-trusted-proxyfix-inside",
+        "proxy-trusted-proxyfix-outside",
+        "proxy-trusted-proxyfix-inside",
+    ],
+)
+def test_proxy_fix_outside_the_middleware_judges_the_forwarded_client(
+    c, b_session, networks, client, outside, tries
+):
+    """With Werkzeug's ProxyFix wrapping WSGIMiddleware, trusted_networks is checked against
+    the client named in X-Forwarded-For; with ProxyFix inside it, against the proxy's own
+    address (127.0.0.1 here), though the handler sees the client's either way. So a trusted
+    client's "attempt 1 of 2" is ignored, and a trusted proxy makes every client trusted."""
+    c.script("/c", Reply(503), Reply(503), Reply(200, body=b"fine"))
+    app = flask_b_behind_a_proxy(b_session, c.url("/c"))
+    config = _config(networks)
+    if outside:
+        app.wsgi_app = ProxyFix(WSGIMiddleware(app.wsgi_app, config), x_for=1)  # type: ignore[method-assign]
+    else:
+        app.wsgi_app = WSGIMiddleware(ProxyFix(app.wsgi_app, x_for=1), config)  # type: ignore[method-assign]
+    # Waitress removes X-Forwarded-For unless told to keep it (or to read it itself, below).
+    with waitress_server(app, clear_untrusted_proxy_headers=False) as b:
+        headers = {**FORWARDED, "X-Forwarded-For": client}
+        response = requests.get(b + "/call", headers=headers, timeout=10)
+    assert (response.text, c.hits("/c")) == (client, tries)
+    assert response.status_code == (503 if tries == 1 else 200)
+
+
+def test_waitress_trusting_the_proxy_itself_judges_the_forwarded_client(c, b_session):
+    """Waitress told the proxy's address (trusted_proxy) sets REMOTE_ADDR from
+    X-Forwarded-For before any middleware runs: with only the proxy's network trusted, the
+    forwarded client's "attempt 1 of 2" is ignored and B retries to C's 200."""
+    c.script("/c", Reply(503), Reply(503), Reply(200, body=b"fine"))
+    app = flask_b_behind_a_proxy(b_session, c.url("/c"))
+    app.wsgi_app = WSGIMiddleware(app.wsgi_app, _config(["127.0.0.0/8"]))  # type: ignore[method-assign]
+    trusting = waitress_server(
+        app, trusted_proxy="127.0.0.1", trusted_proxy_headers="x-forwarded-for"
+    )
+    with trusting as b:
+        headers = {**FORWARDED, "X-Forwarded-For": "203.0.113.9"}
+        response = requests.get(b + "/call", headers=headers, timeout=10)
+    assert (response.status_code, response.text, c.hits("/c")) == (200, "203.0.113.9", 3)

@@ -274,3 +274,104 @@ def test_the_gauges_read_each_hosts_health(otel: Otel) -> None:
     del session
     gc.collect()
     assert otel.points("resilient_session.budget.tokens") == []
+
+
+@pytest.fixture(params=["", "http", "http/dup"], ids=["default", "stable", "dup"])
+def semconv(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
+    """The instrumentation's semantic conventions opt-in, read afresh; the URL keys it writes."""
+    from opentelemetry.instrumentation._semconv import (
+        _OpenTelemetrySemanticConventionStability as Stability,
+    )
+
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", request.param)
+    # It reads the variable once per process: let this test's value be read, then the old
+    # mapping comes back with the attributes.
+    monkeypatch.setattr(Stability, "_initialized", False)
+    monkeypatch.setattr(Stability, "_OTEL_SEMCONV_STABILITY_SIGNAL_MAPPING", {})
+    return {"": ("http.url",), "http": ("url.full",), "http/dup": ("url.full", "http.url")}[
+        request.param
+    ]
+
+
+def _instrumented(otel: Otel, **hooks: Any) -> Any:
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+    instrumentor = RequestsInstrumentor()
+    instrumentor.instrument(tracer_provider=otel.tracer_provider, **hooks)
+    return instrumentor
+
+
+def _ours(span: ReadableSpan) -> bool:
+    scope = span.instrumentation_scope
+    return scope is not None and scope.name == "resilient_session"
+
+
+def _values(span: ReadableSpan) -> str:
+    return " ".join(str(value) for value in (span.attributes or {}).values())
+
+
+def test_the_redacting_hook_clears_the_instrumentations_span(
+    otel: Otel, semconv: tuple[str, ...]
+) -> None:
+    """Under the requests instrumentation with redacting_request_hook, the call's span has
+    the URL the tries' spans have: no userinfo, no fragment, token= and a configured name
+    hidden, in whichever keys the conventions write; the three tries still parent on it."""
+    from resilient_session import redacting_request_hook
+
+    config = {"events": {"redact_params": ["tenant"]}}
+    session = otel.session(config)
+    instrumentor = _instrumented(
+        otel, request_hook=redacting_request_hook(session.config.events.redact_params)
+    )
+    try:
+        with FlakyUpstream() as up:
+            up.script("/items", Reply(503), Reply(503), Reply(200, body=b"ok"))
+            url = up.url("/items").replace("http://", f"http://user:{SECRET}@")
+            with session:
+                response = session.get(f"{url}?token={SECRET}&tenant={SECRET}&page=2#{SECRET}")
+            received = up.received("/items")
+            expected = up.url("/items") + "?token=REDACTED&tenant=REDACTED&page=2"
+    finally:
+        instrumentor.uninstrument()
+    assert response.status_code == 200
+    assert len(received) == 3
+    spans = otel.finished()
+    call = [s for s in spans if not _ours(s)]
+    tries = [s for s in spans if _ours(s)]
+    assert (len(call), len(tries)) == (1, 3)
+    written = {key: value for key, value in (call[0].attributes or {}).items() if "url" in key}
+    assert written == dict.fromkeys(semconv, expected)
+    assert [(s.attributes or {})["url.full"] for s in tries] == [expected] * 3
+    assert [s.parent.span_id if s.parent else None for s in tries] == [call[0].context.span_id] * 3
+    assert [SECRET in _values(s) for s in spans] == [False] * 4
+
+
+def test_the_redacting_hook_clears_every_redirect_hops_span(
+    otel: Otel, semconv: tuple[str, ...]
+) -> None:
+    """A redirect to a URL with a secret: the instrumentation's one span for the call (its
+    hops run inside it) has the first URL redacted, each hop's try span its own, and no span
+    keeps a secret or the fragment."""
+    from resilient_session import redacting_request_hook
+
+    session = otel.session()
+    instrumentor = _instrumented(otel, request_hook=redacting_request_hook())
+    try:
+        with FlakyUpstream() as up:
+            target = up.url("/to") + f"?sig={SECRET}"
+            up.script("/from", Reply(302, headers={"Location": target + f"#{SECRET}"}))
+            up.script("/to", Reply(200, body=b"ok"))
+            with session:
+                response = session.get(up.url("/from") + f"?code={SECRET}")
+            hops = [up.url("/from") + "?code=REDACTED", up.url("/to") + "?sig=REDACTED"]
+    finally:
+        instrumentor.uninstrument()
+    assert (response.status_code, response.url) == (200, target + f"#{SECRET}")
+    spans = otel.finished()
+    calls = [s for s in spans if not _ours(s)]
+    tries = [s for s in spans if _ours(s)]
+    assert [{k: v for k, v in (s.attributes or {}).items() if "url" in k} for s in calls] == [
+        dict.fromkeys(semconv, hops[0])
+    ]
+    assert [(s.attributes or {})["url.full"] for s in tries] == hops
+    assert [SECRET in _values(s) for s in spans] == [False] * 3
