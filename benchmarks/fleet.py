@@ -56,15 +56,16 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import _repo_root  # noqa: F401 - devservers/ on sys.path
 from _common import canned_transport, table, verdict
 from _fleet_push import THRESHOLD as PUSH_THRESHOLD
 from _fleet_push import PushPlan
 from _fleet_push import measure as measure_push
 from _upstream import CALL_ID_HEADER, Phase, Upstream
+from devservers import RedisServer
+from devservers.redis_cluster import RedisClusterNodes
 
 from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
-from resilient_session.testing import RedisServer
-from resilient_session.testing.redis_cluster import RedisClusterNodes
 
 WORKERS = 8
 THREADS = 4  # per worker: a retry's backoff wait must not stall the worker's schedule

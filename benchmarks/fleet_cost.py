@@ -37,13 +37,14 @@ from importlib.metadata import version
 from multiprocessing.connection import Connection
 from typing import Any
 
+import _repo_root  # noqa: F401 - devservers/ on sys.path
 import redis
 from _common import table, verdict
+from devservers import RedisServer
 from redis.connection import AbstractConnection
 
 from resilient_session import ResilientSession
 from resilient_session._state.breaker import TryResult
-from resilient_session.testing import RedisServer
 
 SESSIONS = (8, 16, 32)
 HOSTS = (1, 50, 500)

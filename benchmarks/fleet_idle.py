@@ -37,12 +37,13 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
+import _repo_root  # noqa: F401 - devservers/ on sys.path
 import redis
 from _common import canned_transport, table, verdict
 from _upstream import Upstream
+from devservers import RedisServer
 
 from resilient_session import ResilientSession, log_json_lines
-from resilient_session.redis_server import RedisServer
 
 HOSTS = (10, 100, 1_000, 10_000)
 SETTLE = 3.0  # seconds between the hosts' one call and the window: every host idle by then

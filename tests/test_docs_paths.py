@@ -21,12 +21,13 @@ _ROOT_PATH = re.compile(
     r"(?<![\w./-])"
     r"(?:src/resilient_session/[\w./-]*?\.py"
     r"|benchmarks/[\w./-]*?\.py"
+    r"|devservers/[\w./-]*?\.py"
     r"|scripts/[\w.-]*\w"
     r"|config/[\w./-]*\w"
     r"|docs/[\w./-]*?\.(?:md|py|json|yaml|png))"
     r"(?![\w/-])"
 )
-_ROOT_DIRS = ("src/", "benchmarks/", "tests/", "scripts/", "config/", "docs/")
+_ROOT_DIRS = ("src/", "benchmarks/", "devservers/", "tests/", "scripts/", "config/", "docs/")
 # A module file written relative to the package, as docs/architecture.md names them:
 # `stages/deadline.py`, `state/registry.py`, `inbound/`.
 _PACKAGE_PATH = re.compile(r"[a-z_]+(?:/[a-z_]+)*(?:\.py|/)")

@@ -4,6 +4,8 @@ below it (docs/architecture.md, "Where things live")."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -238,7 +240,6 @@ def test_stubs_only_re_export() -> None:
     """Each stub is a few lines that import from the package and define ``__all__``."""
     sources = read_sources()
     stubs = {name: source for name, (source, _) in sources.items() if is_stub(source)}
-    assert stubs, "the documented old paths (upstream, redis_server) keep a stub"
     for name, source in stubs.items():
         tree = ast.parse(source)
         kinds = {type(node).__name__ for node in tree.body}
@@ -248,3 +249,27 @@ def test_stubs_only_re_export() -> None:
             and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
             for node in tree.body
         ), name
+
+
+def test_the_package_never_imports_the_dev_servers() -> None:
+    """devservers/ (the Redis servers the project's own tests start) is not in the wheel: no
+    module of the package may name it."""
+    for name, (source, is_package) in read_sources().items():
+        imported = {module for module, _ in _imported(ast.parse(source), name, is_package)}
+        assert not {m for m in imported if m.split(".")[0] == "devservers"}, name
+
+
+def test_importing_testing_loads_no_server() -> None:
+    """``resilient_session.testing`` names its loopback servers lazily: a suite that only fakes
+    the clock loads no server code, and the servers are there when first named."""
+    code = (
+        "import sys, resilient_session.testing as t\n"
+        "before = sorted(m for m in sys.modules if m in SERVERS or m.endswith('.upstream'))\n"
+        "t.FlakyUpstream, t.Reply, t.LoopbackService\n"
+        "after = sorted(m for m in sys.modules if m in SERVERS)\n"
+        "print(before, after)\n"
+    ).replace("SERVERS", repr(set(SERVER_MODULES)))
+    printed = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+        [sys.executable, "-c", code], capture_output=True, check=True, text=True
+    ).stdout.strip()
+    assert printed == f"[] {sorted(SERVER_MODULES)}"

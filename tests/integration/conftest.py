@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import pytest
+from devservers.redis_cluster import RedisClusterNodes
+from devservers.redis_sentinel import RedisSentinels
+from devservers.redis_server import RedisPartMissing, RedisServer
+from devservers.redis_tls import TlsRedisServer
 
 from resilient_session import ResilientSession
-from resilient_session.testing.redis_cluster import RedisClusterNodes
-from resilient_session.testing.redis_sentinel import RedisSentinels
-from resilient_session.testing.redis_server import RedisPartMissing, RedisServer
-from resilient_session.testing.redis_tls import TlsRedisServer
 from resilient_session.testing.upstream import FlakyUpstream
 
 # Real time is spent in these tests, so backoff is tiny: the behaviour is what is tested.

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from devservers._resp import ReplyError
+from devservers.redis_cluster import ClusterNode, RedisClusterNodes
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryRecord
 from resilient_session._state.fleet import push
 from resilient_session._state.fleet.keys import host_keys
-from resilient_session.testing._resp import ReplyError
-from resilient_session.testing.redis_cluster import ClusterNode, RedisClusterNodes
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .conftest import CLUSTER_NICENESS

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+from devservers.redis_server import RedisServer
 
 from resilient_session import ResilientSession
 from resilient_session._state.breaker import TryResult
@@ -15,7 +16,6 @@ from resilient_session._state.fleet.redis_backend import RedisBackend
 from resilient_session._state.registry import HostRegistry, HostState
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config.model import load
-from resilient_session.testing.redis_server import RedisServer
 from resilient_session.testing.upstream import FlakyUpstream
 
 pytestmark = pytest.mark.integration

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from devservers.redis_server import RedisServer
 
 from resilient_session import ResilientSession
 from resilient_session.clock import SYSTEM_CLOCK
-from resilient_session.testing.redis_server import RedisServer
 from resilient_session.testing.upstream import FlakyUpstream
 
 pytestmark = pytest.mark.integration

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from devservers.redis_server import RedisServer
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryHook, TryRecord, TrySending
@@ -23,7 +24,6 @@ from resilient_session._state.fleet.redis_backend import RedisBackend
 from resilient_session._state.registry import HostRegistry, HostState
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
-from resilient_session.testing.redis_server import RedisServer
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .conftest import FAST_RETRY

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from devservers.redis_sentinel import RedisSentinels
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._state.fleet.keys import host_keys
-from resilient_session.testing.redis_sentinel import RedisSentinels
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .conftest import SENTINEL_PASSWORD

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from devservers.redis_tls import TlsRedisServer
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._state.fleet.keys import host_keys
 from resilient_session.errors import ConfigError
-from resilient_session.testing.redis_tls import TlsRedisServer
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .fleet_calls import (

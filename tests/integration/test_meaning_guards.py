@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from resilient_session import ResilientSession, ThrottledError
-from resilient_session.upstream import FlakyUpstream, Reply
+from resilient_session.testing import FlakyUpstream, Reply
 
 pytestmark = pytest.mark.integration
 

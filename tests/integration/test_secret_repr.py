@@ -213,7 +213,6 @@ def _instances(
         "FakeClock": clock,
         "ScriptedTransport": testing.ScriptedTransport(clock, 200),
         "FlakyUpstream": upstream,
-        "RedisServerMissing": testing.RedisServerMissing("redis-server is not on PATH"),
         "Reply": Reply(),
         "Hang": testing.Hang(),
         "ResetMidBody": testing.ResetMidBody(),
@@ -232,12 +231,8 @@ def _instances(
         if name.endswith("Policy") and name not in built:
             built[name] = getattr(config, name)()
     try:
-        with (
-            testing.LoopbackService(lambda environ, start: []) as service,
-            testing.RedisServer() as redis_server,
-        ):
+        with testing.LoopbackService(lambda environ, start: []) as service:
             built["LoopbackService"] = service
-            built["RedisServer"] = redis_server
             yield built
     finally:
         session.close()

@@ -1,6 +1,6 @@
 """Test helpers for code that uses resilient_session: a fake clock and a scripted transport,
-and real loopback servers: ``FlakyUpstream`` with its steps (``Reply``, ``Hang``, ...),
-``LoopbackService`` and ``RedisServer`` (the upstream's own ``Step`` alias stays in
+and real loopback servers: ``FlakyUpstream`` with its steps (``Reply``, ``Hang``, ...) and
+``LoopbackService`` (the upstream's own ``Step`` alias stays in
 ``resilient_session.testing.upstream``: ``Step`` here is the scripted transport's).
 
 Example::
@@ -13,14 +13,17 @@ Example::
     assert transport.calls == 3 and clock.sleeps[1] == 2.0
 
 ``fast()`` makes every session's waits cost no real time, for a whole suite (docs/testing.md).
+The loopback servers are imported when first named, so a suite that only fakes the clock loads
+no server code (``http.server``, ``socketserver``, ``wsgiref``).
 """
 
 from __future__ import annotations
 
 import http
+import importlib
 import threading
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import requests
 from requests.structures import CaseInsensitiveDict
@@ -31,20 +34,52 @@ from resilient_session.adapter import ResilientAdapter
 from resilient_session.session import ResilientSession
 
 from .fast import FastMode, fast
-from .faults import (
-    MAX_WAIT,
-    CloseWithoutReply,
-    Drip,
-    Flaky,
-    Hang,
-    Hit,
-    Reply,
-    ResetMidBody,
-    Trickle,
-)
-from .redis_server import RedisServer, RedisServerMissing
-from .service import LoopbackService
-from .upstream import FlakyUpstream, refused_url
+
+if TYPE_CHECKING:
+    from .faults import (
+        MAX_WAIT,
+        CloseWithoutReply,
+        Drip,
+        Flaky,
+        Hang,
+        Hit,
+        Reply,
+        ResetMidBody,
+        Trickle,
+    )
+    from .service import LoopbackService
+    from .upstream import FlakyUpstream, refused_url
+
+# Each name the loopback servers give, and the module that holds it.
+_SERVED_BY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "MAX_WAIT",
+            "CloseWithoutReply",
+            "Drip",
+            "Flaky",
+            "Hang",
+            "Hit",
+            "Reply",
+            "ResetMidBody",
+            "Trickle",
+        ),
+        "faults",
+    ),
+    "LoopbackService": "service",
+    "FlakyUpstream": "upstream",
+    "refused_url": "upstream",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SERVED_BY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_WAIT",
@@ -57,8 +92,6 @@ __all__ = [
     "Hang",
     "Hit",
     "LoopbackService",
-    "RedisServer",
-    "RedisServerMissing",
     "Reply",
     "ResetMidBody",
     "ScriptedTransport",
