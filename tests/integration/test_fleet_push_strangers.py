@@ -1,0 +1,188 @@
+"""Strangers on the openings channel, on a real redis-server with real PUBLISH: an opening forged
+at the last generation the script allows, and a fleet rebuilt from it. Neither costs the
+fleet's count of failures."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session._state.fleet import push
+from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.testing.redis_server import RedisServer
+from resilient_session.testing.upstream import FlakyUpstream, Reply
+
+from .conftest import FAST_RETRY
+from .fleet_calls import host_key, wait_until
+
+pytestmark = pytest.mark.integration
+
+# The script's generations are integers in [0, 2^52] (a double holds each exactly).
+LAST_GENERATION = 2**52
+SUFFIXES = ("breaker", "budget", "throttle", "workers")
+
+
+def _config(
+    url: str, prefix: str, threshold: int, interval_ms: int, **breaker: Any
+) -> dict[str, Any]:
+    return {
+        "defaults": {
+            "retry": {**FAST_RETRY, "max_attempts": 1},
+            "breaker": {"failure_threshold": threshold, **breaker},
+            "throttle": {"enabled": False},
+        },
+        "state": {
+            "backend": "redis",
+            "url": url,
+            "key_prefix": prefix,
+            "sync_interval_ms": interval_ms,
+            "timeout_ms": 200,
+        },
+    }
+
+
+@pytest.fixture
+def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client to the test Redis, as a stranger with publish rights would hold."""
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sessions() -> Iterator[Callable[..., ResilientSession]]:
+    """``sessions(config, *hooks)``: a session, closed when the test ends."""
+    made: list[ResilientSession] = []
+
+    def make(config: dict[str, Any], *hooks: Any) -> ResilientSession:
+        session = ResilientSession(config, try_hooks=list(hooks))
+        made.append(session)
+        return session
+
+    yield make
+    for session in made:
+        session.close()
+
+
+def _subscribed(admin: redis.Redis, prefix: str, count: int) -> Callable[[], bool]:
+    channel = push.channel(prefix)
+    return lambda: int(dict(admin.pubsub_numsub(channel)).get(channel.encode(), 0)) == count
+
+
+def _generation(admin: redis.Redis, prefix: str, key: str) -> int:
+    return int(admin.hget(f"{prefix}{key}:breaker", "g") or 0)
+
+
+def _breakers(fleet: list[ResilientSession], key: str) -> list[str]:
+    return [session.health()[key].breaker.value for session in fleet]
+
+
+def _known(session: ResilientSession, key: str) -> int:
+    """The fleet generation this session's breaker of *key* knows."""
+    breaker: Any = session.registry.for_url(key + "/").breaker
+    return int(breaker._generation)
+
+
+def _fail_in_turn(fleet: list[ResilientSession], url: str, each: int) -> None:
+    """*each* calls from every session, in turn, 10 ms apart, to a host that answers only
+    503: every failure's sync reaches Redis before the next failure. Once the fleet has
+    opened, the calls left are refused."""
+    for _ in range(each):
+        for session in fleet:
+            with contextlib.suppress(CircuitOpenError):
+                assert session.get(url).status_code == 503
+            SYSTEM_CLOCK.sleep(0.01)
+
+
+def _both_open(fleet: list[ResilientSession], key: str) -> None:
+    """Both workers' breakers open within 2 s; the states they show if not."""
+    try:
+        wait_until(lambda: _breakers(fleet, key) == ["open", "open"], timeout=2.0)
+    except AssertionError:
+        raise AssertionError(f"breakers {_breakers(fleet, key)} after 15 + 15 failures") from None
+
+
+# -- a forged generation at the end of the range --------------------------------------------------
+
+THRESHOLD = 20
+SLOW_SYNC_MS = 1_000  # a failure wakes the sync at once; nothing else syncs in between
+
+
+def _two_workers_whose_keys_are_gone(
+    url: str,
+    admin: redis.Redis,
+    prefix: str,
+    upstream: FlakyUpstream,
+    sessions: Callable[..., ResilientSession],
+) -> tuple[list[ResilientSession], str]:
+    config = _config(
+        url, prefix, THRESHOLD, SLOW_SYNC_MS, recovery_timeout=0.2, recovery_timeout_max=0.5
+    )
+    fleet = [sessions(config), sessions(config)]
+    key = host_key(upstream)
+    for session in fleet:
+        assert session.get(upstream.url("/")).status_code == 200
+    wait_until(_subscribed(admin, prefix, 2))
+    wait_until(lambda: all(_known(session, key) > 0 for session in fleet))
+    return fleet, key
+
+
+def _closed_again(fleet: list[ResilientSession], upstream: FlakyUpstream, key: str) -> None:
+    """Each worker calls the healthy host until its breaker lets a probe through and closes."""
+
+    def closed(session: ResilientSession) -> bool:
+        try:
+            return session.get(upstream.url("/")).status_code == 200
+        except CircuitOpenError:
+            return False
+
+    for session in fleet:
+        wait_until(functools.partial(closed, session), timeout=3.0)
+    assert _breakers(fleet, key) == ["closed", "closed"]
+
+
+@pytest.mark.parametrize("forged", [True, False], ids=["forged", "control"])
+def test_an_opening_forged_at_the_last_generation_leaves_the_fleet_counting(
+    redis_server, admin, key_prefix, upstream, sessions, forged
+):
+    """The host's keys gone (expired, flushed) and, in the same instant, an opening published
+    at generation 2^52 for 600 s: 15 failures from each of two workers at failure_threshold 20
+    still open both, as without the forged message, and the hash's generation stays in range."""
+    upstream.script("/down", Reply(503))
+    fleet, key = _two_workers_whose_keys_are_gone(
+        redis_server.url, admin, key_prefix, upstream, sessions
+    )
+    with admin.pipeline(transaction=True) as gone:
+        gone.delete(*(f"{key_prefix}{key}:{suffix}" for suffix in SUFFIXES))
+        if forged:
+            gone.publish(push.channel(key_prefix), f"{LAST_GENERATION}:600000:{key}")
+        gone.execute()
+    SYSTEM_CLOCK.sleep(0.1)
+    _closed_again(fleet, upstream, key)
+    _fail_in_turn(fleet, upstream.url("/down"), 15)
+    _both_open(fleet, key)
+    assert 0 < _generation(admin, key_prefix, key) <= LAST_GENERATION
+
+
+def test_a_fleet_rebuilt_from_the_last_generation_stays_in_range(
+    redis_server, admin, key_prefix, upstream, sessions
+):
+    """A stranger writes generation 2^52 (in range) and the workers take it in; then the keys
+    go: the hash rebuilt from their reports holds a generation in range, and 15 failures from
+    each of the two workers at failure_threshold 20 open both."""
+    upstream.script("/down", Reply(503))
+    fleet, key = _two_workers_whose_keys_are_gone(
+        redis_server.url, admin, key_prefix, upstream, sessions
+    )
+    admin.hset(f"{key_prefix}{key}:breaker", "g", LAST_GENERATION)
+    wait_until(lambda: [_known(s, key) for s in fleet] == [LAST_GENERATION] * 2)
+    admin.delete(*(f"{key_prefix}{key}:{suffix}" for suffix in SUFFIXES))
+    _fail_in_turn(fleet, upstream.url("/down"), 15)
+    _both_open(fleet, key)
+    assert 0 < _generation(admin, key_prefix, key) <= LAST_GENERATION
