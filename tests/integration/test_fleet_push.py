@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import select
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -239,15 +240,33 @@ def _held_back(
     key = _key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
     _wait_until(_subscribed(admin, prefix, 1))
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+    _wait_until(lambda: _known(session, key) > 0)
     gate.clear()
     waiting.clear()
     # The read under way ends within push.POLL; the next one waits at the gate.
     assert waiting.wait(2 * push.POLL + 1.0)
-    admin.publish(push.channel(prefix), f"{2**52}:30000:{key}")
-    backend = session.registry.backend
-    assert isinstance(backend, RedisBackend)
-    _wait_until(lambda: push._unread(backend._inbox._fd))
+    admin.publish(push.channel(prefix), f"{_generation(admin, prefix, key) + 1}:30000:{key}")
+    _wait_until(lambda: _pending(backend._inbox._fd))
     return session, backend, key
+
+
+def _known(session: ResilientSession, key: str) -> int:
+    """The fleet generation this session's breaker of *key* knows."""
+    breaker: Any = session.registry.for_url(key + "/").breaker
+    return int(breaker._generation)
+
+
+def _generation(admin: redis.Redis, prefix: str, key: str) -> int:
+    return int(admin.hget(f"{prefix}{key}:breaker", "g") or 0)
+
+
+def _pending(fd: int) -> bool:
+    """Whether socket *fd* holds data not read yet, at any fd."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
@@ -531,9 +550,11 @@ def test_what_a_stranger_publishes_costs_at_most_an_opening_until_the_next_sync(
     assert session.get(upstream.url("/")).status_code == 200
     channel = push.channel(key_prefix)
     _wait_until(_subscribed(admin, key_prefix, 1))
+    _wait_until(lambda: _known(session, key) > 0)
     for junk in (b"", b"nonsense", b"1:2", b"x:1:" + key.encode(), b"\xff:1:h"):
         admin.publish(channel, junk)
-    admin.publish(channel, f"{2**52}:{100 * 365 * 86_400_000}:{key}")
+    forged = _generation(admin, key_prefix, key) + 1
+    admin.publish(channel, f"{forged}:{100 * 365 * 86_400_000}:{key}")
     # Read as it opens: while the host is in use, its next sync (50 ms on) closes it again,
     # sooner than a poll of health() on a loaded machine may look.
     _wait_until(lambda: bool(openings.seen), timeout=2.0)

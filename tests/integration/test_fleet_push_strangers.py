@@ -1,11 +1,13 @@
 """Strangers on the openings channel, on a real redis-server with real PUBLISH: an opening forged
-at the last generation the script allows, and a fleet rebuilt from it. Neither costs the
-fleet's count of failures."""
+at the last generation the script allows, a fleet rebuilt from it, openings far ahead of the
+fleet's generation, and one forged opening replayed every 5 ms. None costs the fleet's count
+of failures, and a forged opening costs at most one opening until the next sync."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 import redis
 
 from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session._observe.hooks import StateChange, TryRecord
 from resilient_session._state.fleet import push
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.testing.redis_server import RedisServer
@@ -186,3 +189,87 @@ def test_a_fleet_rebuilt_from_the_last_generation_stays_in_range(
     _fail_in_turn(fleet, upstream.url("/down"), 15)
     _both_open(fleet, key)
     assert 0 < _generation(admin, key_prefix, key) <= LAST_GENERATION
+
+
+# -- one forged opening replayed ------------------------------------------------------------------
+
+
+class _Openings:
+    """Counts the breaker changes to open that a session's hooks hear."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_try(self, record: TryRecord, /) -> None:
+        """Only openings are counted."""
+
+    def on_transition(self, change: StateChange, /) -> None:
+        if change.to_state.value == "open":
+            self.count += 1
+
+
+def test_an_opening_pushed_far_ahead_of_the_fleets_generation_is_not_followed(
+    redis_server, admin, key_prefix, upstream, sessions
+):
+    """Openings 65 generations past the fleet's and at 2^52 change nothing (the fleet's next
+    changes are one or a few generations on); one a generation past it is followed."""
+    openings = _Openings()
+    session = sessions(
+        _config(redis_server.url, key_prefix, 5, 50, recovery_timeout=30.0), openings
+    )
+    key = host_key(upstream)
+    assert session.get(upstream.url("/")).status_code == 200
+    wait_until(_subscribed(admin, key_prefix, 1))
+    wait_until(lambda: _known(session, key) > 0)
+    generation = _generation(admin, key_prefix, key)
+    for forged in (generation + 65, LAST_GENERATION):
+        admin.publish(push.channel(key_prefix), f"{forged}:30000:{key}")
+    SYSTEM_CLOCK.sleep(0.2)
+    assert openings.count == 0
+    assert session.get(upstream.url("/")).status_code == 200
+    admin.publish(push.channel(key_prefix), f"{generation + 1}:30000:{key}")
+    wait_until(lambda: openings.count == 1, timeout=2.0)
+
+
+def test_one_forged_opening_replayed_every_5_ms_is_followed_once(
+    redis_server, admin, key_prefix, upstream, sessions
+):
+    """An opening one generation past the fleet's, published again every 5 ms for 1.5 s
+    while a worker calls the healthy host every 5 ms: the worker opens once, its next sync
+    closes it again, and the replays are not followed: at most 10 % of calls refused."""
+    openings = _Openings()
+    session = sessions(
+        _config(redis_server.url, key_prefix, 5, 50, recovery_timeout=30.0), openings
+    )
+    key = host_key(upstream)
+    assert session.get(upstream.url("/")).status_code == 200
+    wait_until(_subscribed(admin, key_prefix, 1))
+    wait_until(lambda: _known(session, key) > 0)
+    message = f"{_generation(admin, key_prefix, key) + 1}:30000:{key}"
+    stop = threading.Event()
+
+    def replay() -> None:
+        with redis.Redis.from_url(redis_server.url) as client:
+            for _ in range(1_000):  # 5 s at most
+                if stop.is_set():
+                    return
+                client.publish(push.channel(key_prefix), message)
+                SYSTEM_CLOCK.sleep(0.005)
+
+    replayer = threading.Thread(target=replay)
+    replayer.start()
+    calls = refused = 0
+    try:
+        ends_at = SYSTEM_CLOCK.monotonic() + 1.5
+        while SYSTEM_CLOCK.monotonic() < ends_at:
+            calls += 1
+            try:
+                assert session.get(upstream.url("/")).status_code == 200
+            except CircuitOpenError:
+                refused += 1
+            SYSTEM_CLOCK.sleep(0.005)
+    finally:
+        stop.set()
+        replayer.join(5.0)
+    assert openings.count == 1, (openings.count, refused, calls)
+    assert refused <= 0.1 * calls, (refused, calls)

@@ -23,6 +23,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 
+from .lua import LAST_GENERATION
+
 THREAD_NAME: Final = "resilient-session-state-push"
 
 # A read blocks this long at most: how soon a listener whose backend was collected ends.
@@ -42,8 +44,6 @@ _HEED_WITHIN: Final = 0.05
 # cold), and this bounds it at one per 2 ms. A worker sending tries further apart than this,
 # as a worker on a host that went down does, looks before each of them.
 _LOOK_EVERY: Final = 0.002
-# As the script checks a generation: an integer in [0, 2^52].
-_MAX_GENERATION: Final = 2**52
 _MAX_DIGITS: Final = 16
 
 
@@ -79,7 +79,7 @@ def parse(data: object) -> Pushed | None:
     if not (host and _count(generation) and _count(open_ms)):
         return None
     number = int(generation)
-    if number > _MAX_GENERATION:
+    if number > LAST_GENERATION:
         return None
     return Pushed(host, number, int(open_ms))
 
@@ -184,8 +184,8 @@ class Listener(Protocol):
     def listening(self, live: bool) -> None:
         """The subscription was heard (*live*), or lost: pushes may have been missed."""
 
-    def hear(self, pushed: Pushed) -> None:
-        """An opening pushed; never raises."""
+    def hear(self, pushed: Pushed) -> bool:
+        """An opening pushed; whether a breaker followed it. Never raises."""
 
 
 def run(

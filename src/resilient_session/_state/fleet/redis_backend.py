@@ -256,9 +256,10 @@ class RedisBackend:
         if live:
             self._wake.set()
 
-    def hear(self, pushed: push.Pushed) -> None:
-        """An opening the fleet pushed: the host's breaker follows it at once. Not while
-        degraded: the guards count on their own until Redis answers the syncs again.
+    def hear(self, pushed: push.Pushed) -> bool:
+        """An opening the fleet pushed: the host's breaker follows it at once (``FleetBreaker.
+        hear`` says when it does not). Not while degraded: the guards count on their own until
+        Redis answers the syncs again. Returns whether a breaker here followed it.
 
         The sync thread is not woken for it: the opening is all there is to know now, the
         next sync reads the rest, and every worker syncing at the instant of a push would take
@@ -266,12 +267,15 @@ class RedisBackend:
         """
         host = self._roster.hosts.get(pushed.host)
         if host is None or self._closed or self._degraded_at is not None:
-            return
+            return False
         limit = host.policy.breaker.recovery_timeout_max
-        transition = host.breaker.hear(pushed.generation, min(pushed.open_for_ms / 1000, limit))
+        followed, transition = host.breaker.hear(
+            pushed.generation, min(pushed.open_for_ms / 1000, limit)
+        )
         if transition is not None:
             # Under no lock, as the sync reports what it noted.
             self._report.tell([transition])
+        return followed
 
     # -- the sync thread's side ----------------------------------------------------------------
 
