@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import resource
 import select
 import threading
 import warnings
@@ -293,6 +294,45 @@ def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
     for caller in callers:
         caller.join(10.0)
     assert raised == [CircuitOpenError] * 8
+    assert upstream.hits("/") == hits
+    assert session.health()[key].breaker.value == "open"
+
+
+@pytest.fixture
+def many_fds() -> Iterator[None]:
+    """More than 1,024 descriptors open (the soft limit raised for it, and put back), so the
+    next socket the process opens has a number select() cannot watch."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1_400
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}, under {need}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    fds: list[int] = []
+    try:
+        fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(1_100)]
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_look_sees_an_opening_on_a_socket_numbered_past_1024(
+    many_fds, redis_server, admin, key_prefix, upstream, sessions, gated, monkeypatch
+):
+    """The listener's socket is numbered past 1,024 (FD_SETSIZE, where select() stops): an
+    opening lying unread on it is still seen, and the next try waits for it and fails fast."""
+    monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
+    session, backend, key = _held_back(
+        redis_server.url, admin, key_prefix, upstream, sessions, gated
+    )
+    assert backend._inbox._fd >= 1_024
+    assert push._unread(backend._inbox._fd)
+    hits = upstream.hits("/")
+    threading.Timer(0.05, gated[0].set).start()
+    with pytest.raises(CircuitOpenError):
+        session.get(upstream.url("/"))
     assert upstream.hits("/") == hits
     assert session.health()[key].breaker.value == "open"
 
