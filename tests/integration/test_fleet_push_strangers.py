@@ -115,6 +115,25 @@ def _both_open(fleet: list[ResilientSession], key: str) -> None:
         raise AssertionError(f"breakers {_breakers(fleet, key)} after 15 + 15 failures") from None
 
 
+class _Openings:
+    """The breaker changes to open that a session's hooks hear: how many, and on which
+    threads."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.threads)
+
+    def on_try(self, record: TryRecord, /) -> None:
+        """Only openings are counted."""
+
+    def on_transition(self, change: StateChange, /) -> None:
+        if change.to_state.value == "open":
+            self.threads.append(threading.current_thread().name)
+
+
 # -- a forged generation at the end of the range --------------------------------------------------
 
 THRESHOLD = 20
@@ -195,21 +214,49 @@ def test_a_fleet_rebuilt_from_the_last_generation_stays_in_range(
     assert 0 < _generation(admin, key_prefix, key) <= LAST_GENERATION
 
 
+# -- the channel kept to the fleet --------------------------------------------------------------
+
+
+def test_an_acl_that_keeps_the_channel_to_the_fleet_refuses_a_strangers_publish(
+    own_redis, key_prefix, upstream, sessions
+):
+    """The ACLs docs/fleet.md gives: the fleet's user may use its keys and channels, another
+    user no channel. The stranger's PUBLISH is refused (NOPERM); the fleet's workers sync,
+    subscribe and push under theirs, and one worker's opening reaches the other by push."""
+    admin = redis.Redis.from_url(own_redis.url)
+    try:
+        admin.execute_command(
+            "ACL", "SETUSER", "fleet", "on", ">fleet-pw", f"~{key_prefix}*", f"&{key_prefix}*",
+            "+@all",
+        )  # fmt: skip
+        admin.execute_command(
+            "ACL", "SETUSER", "stranger", "on", ">stranger-pw", "~*", "resetchannels", "+@all"
+        )
+        port = own_redis.port
+        stranger = redis.Redis.from_url(f"redis://stranger:stranger-pw@127.0.0.1:{port}/0")
+        with stranger, pytest.raises(redis.exceptions.NoPermissionError):
+            stranger.publish(push.channel(key_prefix), f"1:30000:{host_key(upstream)}")
+        upstream.script("/down", Reply(503))
+        openings = _Openings()
+        url = f"redis://fleet:fleet-pw@127.0.0.1:{port}/0"
+        config = _config(url, key_prefix, 5, 1_000, recovery_timeout=30.0)
+        failing, following = sessions(config), sessions(config, openings)
+        key = host_key(upstream)
+        for session in (failing, following):
+            assert session.get(upstream.url("/")).status_code == 200
+        wait_until(_subscribed(admin, key_prefix, 2))
+        wait_until(lambda: _known(following, key) > 0)
+        for _ in range(5):
+            assert failing.get(upstream.url("/down")).status_code == 503
+        assert _breakers([failing], key) == ["open"]
+        wait_until(lambda: openings.count == 1, timeout=1.0)
+        assert openings.threads == [push.THREAD_NAME]
+        assert not following.health()[key].state_degraded
+    finally:
+        admin.close()
+
+
 # -- one forged opening replayed ------------------------------------------------------------------
-
-
-class _Openings:
-    """Counts the breaker changes to open that a session's hooks hear."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def on_try(self, record: TryRecord, /) -> None:
-        """Only openings are counted."""
-
-    def on_transition(self, change: StateChange, /) -> None:
-        if change.to_state.value == "open":
-            self.count += 1
 
 
 def test_an_opening_pushed_far_ahead_of_the_fleets_generation_is_not_followed(
