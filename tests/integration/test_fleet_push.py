@@ -9,9 +9,11 @@ import gc
 import os
 import resource
 import select
+import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -455,6 +457,61 @@ def test_idle_hosts_cost_no_sync_and_hear_an_opening_pushed(own_redis, key_prefi
         idle.close()
         opener.close()
         admin.close()
+
+
+# -- what a hold costs ---------------------------------------------------------------------------
+
+
+class _Socket:
+    """What Inbox.watch reads of a PubSub: its connection's socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.connection = SimpleNamespace(_sock=sock)
+
+
+def _held_once(followed: bool) -> tuple[float, float]:
+    """A byte lies unread on a socket pair; a try looks, and is held until a listener thread
+    takes in an opening followed (one read), or two messages that are none: the credit left
+    after the hold, and the hold's length."""
+    ours, theirs = socket.socketpair()
+    inbox = push.Inbox()
+    watching = threading.Event()
+
+    def listener() -> None:
+        inbox.watch(_Socket(ours))
+        watching.set()
+        until = SYSTEM_CLOCK.monotonic() + 5.0
+        while not inbox._holding and SYSTEM_CLOCK.monotonic() < until:
+            SYSTEM_CLOCK.sleep(0.001)
+        SYSTEM_CLOCK.sleep(0.02)
+        for _ in range(1 if followed else 2):
+            inbox.took(followed)
+
+    with ours, theirs:
+        theirs.send(b"x")
+        thread = threading.Thread(target=listener)
+        thread.start()
+        assert watching.wait(5.0)
+        began = SYSTEM_CLOCK.monotonic()
+        inbox.heed()
+        held = SYSTEM_CLOCK.monotonic() - began
+        thread.join(5.0)
+    return inbox._credit, held
+
+
+def test_a_hold_that_ends_in_an_opening_followed_is_free_and_one_that_ends_in_junk_is_paid(
+    monkeypatch,
+):
+    """Held until the listener followed an opening: the credit (here 2 s, so that a loaded
+    machine never ends a hold by its timeout) is whole after. Held until it parsed two
+    messages that were none: the hold, 20 ms or more, is taken from it."""
+    monkeypatch.setattr(push, "_HEED_WITHIN", 2.0)
+    credit, held = _held_once(followed=True)
+    assert 0.02 <= held < 2.0
+    assert credit == pytest.approx(2.0)
+    credit, held = _held_once(followed=False)
+    assert 0.02 <= held < 2.0
+    assert credit == pytest.approx(2.0 - held, abs=0.005)
 
 
 # -- the listener thread's life -----------------------------------------------------------------
