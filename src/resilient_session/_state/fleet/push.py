@@ -45,6 +45,12 @@ _HEED_WITHIN: Final = 0.05
 # the channel costs the callers this share of their time at most. A hold that ends in an
 # opening followed here costs nothing: the tries held would have been refused.
 _HOLD_SHARE: Final = 0.02
+# The listener parses this many messages a second at most, beyond a burst of as many, bar the
+# openings it follows: a flood must not have it hold the interpreter the callers need (redis-py
+# parses a message in ~60 µs, so a flood at one connection's full rate would take a core).
+# The fleet's own openings come far slower; what a flood makes wait behind it is read at the
+# next sync, and a backlog past Redis's client-output-buffer-limit costs a reconnect.
+_READ_RATE: Final = 1_000.0
 # The socket is looked at once in this long at most, by whichever try comes first: a system
 # call costs a canned call ~25 µs on a VM (more than its own ~1.5 µs: the caches it leaves
 # cold), and this bounds it at one per 2 ms. A worker sending tries further apart than this,
@@ -329,7 +335,9 @@ class _Subscription:
         pubsub.subscribe(name)
         pinged = False
         heard_at = clock.monotonic()
+        pace = _Pace(clock)
         while not stop.is_set():
+            pace.wait(stop)
             # Its socket as of now: redis-py may have connected again inside the last read.
             inbox.watch(pubsub)
             message = pubsub.get_message(timeout=POLL)
@@ -359,6 +367,33 @@ class _Subscription:
                 listener.listening(True)
             del listener
             inbox.took(followed)
+            if not followed:
+                pace.spend()
+
+
+class _Pace:
+    """The listener's reads, at most ``_READ_RATE`` a second beyond a burst of as many."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._tokens = _READ_RATE
+        self._at = clock.monotonic()
+
+    def spend(self) -> None:
+        """A message was read that was no opening followed."""
+        self._tokens -= 1.0
+
+    def wait(self, stop: Stop) -> None:
+        """Before a read: wait until one is due, or *stop*."""
+        now = self._clock.monotonic()
+        tokens = min(_READ_RATE, self._tokens + (now - self._at) * _READ_RATE)
+        if tokens < 1.0:
+            stop.wait((1.0 - tokens) / _READ_RATE)
+            later = self._clock.monotonic()
+            # At least the one waited for: rounding must not ask for another wait of nothing.
+            tokens = max(1.0, min(_READ_RATE, tokens + (later - now) * _READ_RATE))
+            now = later
+        self._tokens, self._at = tokens, now
 
 
 def _close(pubsub: Any) -> None:

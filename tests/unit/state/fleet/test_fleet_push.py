@@ -402,6 +402,53 @@ def test_reconnects_back_off_to_a_second_and_a_heard_subscription_resets_them(cl
     assert stop.waits[6:] == [0.1, 0.2, 0.4]
 
 
+class ClockedStop(Stop):
+    """A stop event whose waits take their time on the fake clock."""
+
+    def __init__(self, clock: FakeClock, waits: int) -> None:
+        super().__init__(waits)
+        self._clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        stopped = super().wait(timeout)
+        assert timeout is not None
+        self._clock.advance(timeout)
+        return stopped
+
+
+class Following(Backend):
+    """A backend whose breakers follow every opening it hears."""
+
+    def hear(self, pushed: Pushed) -> bool:
+        self.heard.append(pushed)
+        return True
+
+
+def test_a_flood_is_read_at_a_thousand_messages_a_second_beyond_a_burst(clock):
+    """The subscription's confirmation and 1,500 junk messages, all in no time: the first
+    1,000 are read at once; the other 501, and the opening behind them, wait their turn, a
+    thousandth of a second each, and the opening is heard."""
+    stop = ClockedStop(clock, waits=10_000)
+    junk = [_message(b"junk")] * 1_500
+    backend = Backend(clock, [[_subscribed(), *junk, _message(b"5:30000:http://a:80")]], stop)
+    push.run(weakref.ref(backend), stop, "p:openings", clock)
+    paced = stop.waits[:-1]  # the last is the wait before subscribing again
+    assert len(paced) == 502
+    assert sum(paced) == pytest.approx(0.502)
+    assert max(paced) == pytest.approx(0.001)
+    assert backend.heard == [Pushed("http://a:80", 5, 30_000)]
+
+
+def test_openings_followed_are_never_held_back(clock):
+    """1,500 openings that the breakers follow are read as they come: no wait between them."""
+    stop = ClockedStop(clock, waits=10_000)
+    openings = [_message(f"{n}:30000:http://a:80".encode()) for n in range(1, 1_501)]
+    backend = Following(clock, [[_subscribed(), *openings]], stop)
+    push.run(weakref.ref(backend), stop, "p:openings", clock)
+    assert stop.waits[:-1] == []
+    assert len(backend.heard) == 1_500
+
+
 def test_the_thread_ends_when_its_backend_is_collected(clock):
     """Nothing holds the backend but the test: once dropped, the thread returns at its next
     look, closing its connection, without waiting to reconnect."""
