@@ -22,7 +22,7 @@ import redis
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryHook, TryRecord, TrySending
 from resilient_session._state.breaker import TryResult
-from resilient_session._state.fleet import push
+from resilient_session._state.fleet import inbox, push
 from resilient_session._state.fleet.redis_backend import RedisBackend
 from resilient_session._state.registry import HostRegistry, HostState
 from resilient_session.clock import SYSTEM_CLOCK
@@ -277,7 +277,7 @@ def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
 ):
     """The listener has not read the opening yet (no core has run it): the next tries, from 8
     threads at once, wait for it to, and fail fast instead of reaching the host."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 5.0)
     session, _, key = _held_back(redis_server.url, admin, key_prefix, upstream, sessions, gated)
     hits = upstream.hits("/")
     # The listener runs again a moment after the try began to wait for it.
@@ -325,12 +325,12 @@ def test_the_look_sees_an_opening_on_a_socket_numbered_past_1024(
 ):
     """The listener's socket is numbered past 1,024 (FD_SETSIZE, where select() stops): an
     opening lying unread on it is still seen, and the next try waits for it and fails fast."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 5.0)
     session, backend, key = _held_back(
         redis_server.url, admin, key_prefix, upstream, sessions, gated
     )
     assert backend._inbox._fd >= 1_024
-    assert push._unread(backend._inbox._fd)
+    assert inbox._unread(backend._inbox._fd)
     hits = upstream.hits("/")
     threading.Timer(0.05, gated[0].set).start()
     with pytest.raises(CircuitOpenError):
@@ -344,7 +344,7 @@ def test_a_listener_that_does_not_read_is_waited_for_once_and_briefly(
 ):
     """A listener that takes longer than the wait: the try goes out after it, and the next
     tries do not wait until the listener reads again; then the opening is followed."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 0.2)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 0.2)
     session, backend, key = _held_back(
         redis_server.url, admin, key_prefix, upstream, sessions, gated
     )
@@ -474,18 +474,18 @@ def _held_once(followed: bool) -> tuple[float, float]:
     takes in an opening followed (one read), or two messages that are none: the credit left
     after the hold, and the hold's length."""
     ours, theirs = socket.socketpair()
-    inbox = push.Inbox()
+    look = inbox.Inbox()
     watching = threading.Event()
 
     def listener() -> None:
-        inbox.watch(_Socket(ours))
+        look.watch(_Socket(ours))
         watching.set()
         until = SYSTEM_CLOCK.monotonic() + 5.0
-        while not inbox._holding and SYSTEM_CLOCK.monotonic() < until:
+        while not look._holding and SYSTEM_CLOCK.monotonic() < until:
             SYSTEM_CLOCK.sleep(0.001)
         SYSTEM_CLOCK.sleep(0.02)
         for _ in range(1 if followed else 2):
-            inbox.took(followed)
+            look.took(followed)
 
     with ours, theirs:
         theirs.send(b"x")
@@ -493,10 +493,10 @@ def _held_once(followed: bool) -> tuple[float, float]:
         thread.start()
         assert watching.wait(5.0)
         began = SYSTEM_CLOCK.monotonic()
-        inbox.heed()
+        look.heed()
         held = SYSTEM_CLOCK.monotonic() - began
         thread.join(5.0)
-    return inbox._credit, held
+    return look._credit, held
 
 
 def test_a_hold_that_ends_in_an_opening_followed_is_free_and_one_that_ends_in_junk_is_paid(
@@ -505,7 +505,7 @@ def test_a_hold_that_ends_in_an_opening_followed_is_free_and_one_that_ends_in_ju
     """Held until the listener followed an opening: the credit (here 2 s, so that a loaded
     machine never ends a hold by its timeout) is whole after. Held until it parsed two
     messages that were none: the hold, 20 ms or more, is taken from it."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 2.0)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 2.0)
     credit, held = _held_once(followed=True)
     assert 0.02 <= held < 2.0
     assert credit == pytest.approx(2.0)

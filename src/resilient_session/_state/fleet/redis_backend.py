@@ -34,6 +34,7 @@ from .breaker import FleetBreaker
 from .budget import FleetBucket
 from .connect import open_link
 from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
+from .inbox import Inbox
 from .lua import (
     CORRECTED_BREAKER,
     CORRECTED_BUDGET,
@@ -120,8 +121,8 @@ class RedisBackend:
         # Held for each sync, and by a fork for its duration: a sync takes the registry's,
         # the guards' and redis-py's locks, and one held at a fork stays held in the child.
         self._syncing = threading.Lock()
-        # The listener's socket, which each try looks at before it goes out (push.Inbox).
-        self._inbox = push.Inbox()
+        # The listener's socket, which each try looks at before it goes out.
+        self._inbox = Inbox()
         self._begin()
         _live.add(self)
 
