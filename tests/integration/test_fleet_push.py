@@ -7,9 +7,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import resource
+import select
+import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +23,7 @@ from devservers.redis_server import RedisServer
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryHook, TryRecord, TrySending
 from resilient_session._state.breaker import TryResult
-from resilient_session._state.fleet import push
+from resilient_session._state.fleet import inbox, push
 from resilient_session._state.fleet.redis_backend import RedisBackend
 from resilient_session._state.registry import HostRegistry, HostState
 from resilient_session.clock import SYSTEM_CLOCK
@@ -239,15 +243,33 @@ def _held_back(
     key = _key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
     _wait_until(_subscribed(admin, prefix, 1))
+    backend = session.registry.backend
+    assert isinstance(backend, RedisBackend)
+    _wait_until(lambda: _known(session, key) > 0)
     gate.clear()
     waiting.clear()
     # The read under way ends within push.POLL; the next one waits at the gate.
     assert waiting.wait(2 * push.POLL + 1.0)
-    admin.publish(push.channel(prefix), f"{2**52}:30000:{key}")
-    backend = session.registry.backend
-    assert isinstance(backend, RedisBackend)
-    _wait_until(lambda: push._unread(backend._inbox._fd))
+    admin.publish(push.channel(prefix), f"{_generation(admin, prefix, key) + 1}:30000:{key}")
+    _wait_until(lambda: _pending(backend._inbox._fd))
     return session, backend, key
+
+
+def _known(session: ResilientSession, key: str) -> int:
+    """The fleet generation this session's breaker of *key* knows."""
+    breaker: Any = session.registry.for_url(key + "/").breaker
+    return int(breaker._generation)
+
+
+def _generation(admin: redis.Redis, prefix: str, key: str) -> int:
+    return int(admin.hget(f"{prefix}{key}:breaker", "g") or 0)
+
+
+def _pending(fd: int) -> bool:
+    """Whether socket *fd* holds data not read yet, at any fd."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
@@ -255,7 +277,7 @@ def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
 ):
     """The listener has not read the opening yet (no core has run it): the next tries, from 8
     threads at once, wait for it to, and fail fast instead of reaching the host."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 5.0)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 5.0)
     session, _, key = _held_back(redis_server.url, admin, key_prefix, upstream, sessions, gated)
     hits = upstream.hits("/")
     # The listener runs again a moment after the try began to wait for it.
@@ -278,12 +300,51 @@ def test_a_try_waits_for_an_opening_lying_unread_on_the_listeners_socket(
     assert session.health()[key].breaker.value == "open"
 
 
+@pytest.fixture
+def many_fds() -> Iterator[None]:
+    """More than 1,024 descriptors open (the soft limit raised for it, and put back), so the
+    next socket the process opens has a number select() cannot watch."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1_400
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}, under {need}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    fds: list[int] = []
+    try:
+        fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(1_100)]
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_look_sees_an_opening_on_a_socket_numbered_past_1024(
+    many_fds, redis_server, admin, key_prefix, upstream, sessions, gated, monkeypatch
+):
+    """The listener's socket is numbered past 1,024 (FD_SETSIZE, where select() stops): an
+    opening lying unread on it is still seen, and the next try waits for it and fails fast."""
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 5.0)
+    session, backend, key = _held_back(
+        redis_server.url, admin, key_prefix, upstream, sessions, gated
+    )
+    assert backend._inbox._fd >= 1_024
+    assert inbox._unread(backend._inbox._fd)
+    hits = upstream.hits("/")
+    threading.Timer(0.05, gated[0].set).start()
+    with pytest.raises(CircuitOpenError):
+        session.get(upstream.url("/"))
+    assert upstream.hits("/") == hits
+    assert session.health()[key].breaker.value == "open"
+
+
 def test_a_listener_that_does_not_read_is_waited_for_once_and_briefly(
     redis_server, admin, key_prefix, upstream, sessions, gated, monkeypatch
 ):
     """A listener that takes longer than the wait: the try goes out after it, and the next
     tries do not wait until the listener reads again; then the opening is followed."""
-    monkeypatch.setattr(push, "_HEED_WITHIN", 0.2)
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 0.2)
     session, backend, key = _held_back(
         redis_server.url, admin, key_prefix, upstream, sessions, gated
     )
@@ -396,6 +457,61 @@ def test_idle_hosts_cost_no_sync_and_hear_an_opening_pushed(own_redis, key_prefi
         idle.close()
         opener.close()
         admin.close()
+
+
+# -- what a hold costs ---------------------------------------------------------------------------
+
+
+class _Socket:
+    """What Inbox.watch reads of a PubSub: its connection's socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.connection = SimpleNamespace(_sock=sock)
+
+
+def _held_once(followed: bool) -> tuple[float, float]:
+    """A byte lies unread on a socket pair; a try looks, and is held until a listener thread
+    takes in an opening followed (one read), or two messages that are none: the credit left
+    after the hold, and the hold's length."""
+    ours, theirs = socket.socketpair()
+    look = inbox.Inbox()
+    watching = threading.Event()
+
+    def listener() -> None:
+        look.watch(_Socket(ours))
+        watching.set()
+        until = SYSTEM_CLOCK.monotonic() + 5.0
+        while not look._holding and SYSTEM_CLOCK.monotonic() < until:
+            SYSTEM_CLOCK.sleep(0.001)
+        SYSTEM_CLOCK.sleep(0.02)
+        for _ in range(1 if followed else 2):
+            look.took(followed)
+
+    with ours, theirs:
+        theirs.send(b"x")
+        thread = threading.Thread(target=listener)
+        thread.start()
+        assert watching.wait(5.0)
+        began = SYSTEM_CLOCK.monotonic()
+        look.heed()
+        held = SYSTEM_CLOCK.monotonic() - began
+        thread.join(5.0)
+    return look._credit, held
+
+
+def test_a_hold_that_ends_in_an_opening_followed_is_free_and_one_that_ends_in_junk_is_paid(
+    monkeypatch,
+):
+    """Held until the listener followed an opening: the credit (here 2 s, so that a loaded
+    machine never ends a hold by its timeout) is whole after. Held until it parsed two
+    messages that were none: the hold, 20 ms or more, is taken from it."""
+    monkeypatch.setattr(inbox, "_HEED_WITHIN", 2.0)
+    credit, held = _held_once(followed=True)
+    assert 0.02 <= held < 2.0
+    assert credit == pytest.approx(2.0)
+    credit, held = _held_once(followed=False)
+    assert 0.02 <= held < 2.0
+    assert credit == pytest.approx(2.0 - held, abs=0.005)
 
 
 # -- the listener thread's life -----------------------------------------------------------------
@@ -531,9 +647,11 @@ def test_what_a_stranger_publishes_costs_at_most_an_opening_until_the_next_sync(
     assert session.get(upstream.url("/")).status_code == 200
     channel = push.channel(key_prefix)
     _wait_until(_subscribed(admin, key_prefix, 1))
+    _wait_until(lambda: _known(session, key) > 0)
     for junk in (b"", b"nonsense", b"1:2", b"x:1:" + key.encode(), b"\xff:1:h"):
         admin.publish(channel, junk)
-    admin.publish(channel, f"{2**52}:{100 * 365 * 86_400_000}:{key}")
+    forged = _generation(admin, key_prefix, key) + 1
+    admin.publish(channel, f"{forged}:{100 * 365 * 86_400_000}:{key}")
     # Read as it opens: while the host is in use, its next sync (50 ms on) closes it again,
     # sooner than a poll of health() on a loaded machine may look.
     _wait_until(lambda: bool(openings.seen), timeout=2.0)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
 from resilient_session._state.breaker import (
     BreakerState,
@@ -24,6 +25,12 @@ from resilient_session._state.breaker import (
 )
 from resilient_session.clock import Clock
 from resilient_session.config.policy import BreakerPolicy
+
+# A push is followed only within this many generations past the one last read from the fleet:
+# about as many changes of the host's breaker as a worker may miss between two reads of it
+# (each opening and each closing is one). A push further ahead is not the fleet's, or follows
+# a rebuilt hash (whose generation restarts at the server's time); the next read tells.
+PUSH_AHEAD: Final = 64
 
 _FAILURE = TryResult.FAILURE
 _SUCCESS = TryResult.SUCCESS
@@ -132,6 +139,11 @@ class FleetBreaker(CircuitBreaker):
         # The generation at the last exchange: a pushed opening heard since is newer than a
         # reply to that batch may be.
         self._exchanged_generation = 0
+        # The generation last read from the fleet (a sync's reply), and the newest one pushed
+        # and followed: a push is followed within PUSH_AHEAD of the first, and only past the
+        # second, so an opening published again is not followed again once a sync undid it.
+        self._read_generation = 0
+        self._pushed_generation = 0
 
     def _after_closed_try(self, result: TryResult) -> Transition | None:
         transition = super()._after_closed_try(result)
@@ -222,19 +234,27 @@ class FleetBreaker(CircuitBreaker):
                 # is older than it: the next sync reads the state again.
                 return None
             self._fleet_failures = failures
+            self._read_generation = generation
             transition, closed_here = self._take(state, open_for, generation)
         return self._settle(state, transition, closed_here)
 
-    def hear(self, generation: int, open_for: float) -> Transition | None:
+    def hear(self, generation: int, open_for: float) -> tuple[bool, Transition | None]:
         """Follow an opening the fleet pushed: open for *open_for* more seconds, as of
-        *generation*, unless this breaker knows that generation or a newer one already.
-        Returns this breaker's transition, if it made one, to be logged."""
+        *generation*. Not when this breaker knows that generation or a newer one already,
+        followed a push of it before, or last read the fleet more than ``PUSH_AHEAD``
+        generations behind it. Returns whether it was followed, and this breaker's
+        transition, if it made one, to be logged."""
         with self._lock:
-            if generation <= self._generation:
-                return None
+            if (
+                generation <= self._generation
+                or generation <= self._pushed_generation
+                or generation > self._read_generation + PUSH_AHEAD
+            ):
+                return False, None
+            self._pushed_generation = generation
             self._fleet_failures = 0
             transition, closed_here = self._take(StateCode.OPEN, open_for, generation)
-        return self._settle(StateCode.OPEN, transition, closed_here)
+        return True, self._settle(StateCode.OPEN, transition, closed_here)
 
     def _take(
         self, state: StateCode, open_for: float, generation: int

@@ -17,7 +17,13 @@ from resilient_session.config.policy import HostPolicy
 from .breaker import BreakerReport, FleetBreaker, StateCode
 from .budget import FleetBucket
 from .keys import HostKeys, host_keys
-from .lua import CORRECTED_BREAKER, CORRECTED_BUDGET, CORRECTED_THROTTLE, CORRECTED_WORKERS
+from .lua import (
+    CORRECTED_BREAKER,
+    CORRECTED_BUDGET,
+    CORRECTED_THROTTLE,
+    CORRECTED_WORKERS,
+    LAST_GENERATION,
+)
 from .throttle import FleetThrottle
 
 # Keys outlive the longest state they hold (an opening, a throttle window) twice over, and
@@ -186,7 +192,7 @@ def take_in(
     except (TypeError, ValueError, IndexError):
         return _EVERYTHING
     policy = host.policy
-    if code is StateCode.HALF_OPEN or counts[3] < 0:
+    if code is StateCode.HALF_OPEN or not 0 <= counts[3] <= LAST_GENERATION:
         return _EVERYTHING
     if not 0.0 <= open_for <= policy.breaker.recovery_timeout_max:
         open_for = min(max(0.0, open_for), policy.breaker.recovery_timeout_max)

@@ -44,13 +44,26 @@ CORRECTED_BUDGET: Final = 2
 CORRECTED_THROTTLE: Final = 4
 CORRECTED_WORKERS: Final = 8
 
+# A generation is an integer in [0, LAST_GENERATION] (2^52: a double, Lua's number, holds each
+# exactly). The script never writes one past it and rebuilds a hash that holds one; a worker
+# ignores a reply or a push that carries one. Written out in SYNC as 4503599627370496.
+LAST_GENERATION: Final = 2**52
+
 SYNC: Final = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local threshold = tonumber(ARGV[10])
 local open_max = tonumber(ARGV[12])
+local last_generation = 4503599627370496
 local corrected = 0
+
+-- The generation after g. Past the range it starts again from the server's time: a worker
+-- that holds g (whoever wrote it) sees a change, and follows it.
+local function after(g)
+  if g + 1 > last_generation then return now end
+  return g + 1
+end
 
 -- A number read back, or nil when it is none: NaN and the infinities are no counts.
 local function number(value)
@@ -73,9 +86,9 @@ local workers = redis.call('ZCARD', KEYS[4])
 
 -- The breaker. A missing hash (first use, expiry, FLUSHALL, a restarted server) starts from
 -- the reporting worker's own state, at a generation no worker can hold yet (the server's
--- time in ms), so every worker adopts it. A probing worker's is an opening that ran out: a
--- fleet rebuilt closed from it would close every open worker without any probe. A hash whose
--- state or generation is out of range is rebuilt the same way.
+-- time in ms, or past the reporting worker's), so every worker adopts it. A probing worker's
+-- is an opening that ran out: a fleet rebuilt closed from it would close every open worker
+-- without any probe. A hash whose state or generation is out of range is rebuilt the same way.
 local known = tonumber(ARGV[6])
 local fields = redis.call('HMGET', KEYS[1], 's', 'u', 'g', 'o', 'l', 'r')
 local state = number(fields[1])
@@ -84,7 +97,7 @@ local generation = number(fields[3])
 local openings = number(fields[4]) or 0
 local latest = number(fields[5]) or 0
 if fields[1] and (state ~= 0 and state ~= 1 or generation == nil or generation < 0
-    or generation > 4503599627370496 or generation ~= math.floor(generation)) then
+    or generation > last_generation or generation ~= math.floor(generation)) then
   state = nil
   corrected = bit.bor(corrected, 1)
 end
@@ -112,7 +125,9 @@ for first, count in string.gmatch(fields[6] or '', '(%d+):(%d+)') do
 end
 
 if state == nil then
-  generation = math.max(now, known + 1)
+  -- Never past the range, whatever the worker held: a hash out of range is rebuilt again at
+  -- every sync, and each rebuild forgets the fleet's run of failures.
+  generation = math.max(now, after(known))
   run = {}
   if tonumber(ARGV[4]) ~= 0 then
     state = 1
@@ -136,13 +151,13 @@ if change ~= 0 and (known == generation or known == 0) then
     state = 1
     open_until = now + tonumber(ARGV[5])
     openings = openings + 1
-    generation = generation + 1
+    generation = after(generation)
     run = {}
     opened = true
   elseif change == 2 and ran_out then
     state = 0
     openings = 0
-    generation = generation + 1
+    generation = after(generation)
     run = {}
     throttle_reset = true
   end
@@ -180,7 +195,7 @@ if state == 0 then
     end
     state = 1
     open_until = now + math.floor(duration)
-    generation = generation + 1
+    generation = after(generation)
     run = {}
     failures = 0
     opened = true

@@ -5,7 +5,7 @@ makes it publishes it (``lua.SYNC``) on a channel under the key prefix, and each
 listener thread, subscribed to that channel, hands it to its backend, which opens the host's
 breaker at once. A try does not wait for that thread to be scheduled: before it goes out, the
 caller's thread looks whether the subscribed socket holds unread data, and if so waits (a few
-ms at most) for the listener to take it in (``Inbox``), so a worker whose listener is still
+ms at most) for the listener to take it in (``inbox``), so a worker whose listener is still
 waiting for a core sends nothing to a host the fleet opened. A push is a head start, never the
 only way in: one
 missed (the listener reconnecting, Redis gone) is read at the next sync of a host in use, and
@@ -16,12 +16,13 @@ and no call waits on it: a Redis that is down or paused costs it a reconnect now
 from __future__ import annotations
 
 import contextlib
-import select
-import threading
 import weakref
 from typing import Any, Final, NamedTuple, Protocol
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
+
+from .inbox import Inbox
+from .lua import LAST_GENERATION
 
 THREAD_NAME: Final = "resilient-session-state-push"
 
@@ -34,16 +35,12 @@ _ANSWER_WITHIN: Final = 2.0
 # Reconnects back off from the first to the last, doubling; a subscription heard resets it.
 _RETRY_FIRST: Final = 0.05
 _RETRY_LAST: Final = 1.0
-# A try waits this long at most for the listener to take in what its socket holds; a listener
-# that takes longer is not waited for again until it takes something in.
-_HEED_WITHIN: Final = 0.05
-# The socket is looked at once in this long at most, by whichever try comes first: a system
-# call costs a canned call ~25 µs on a VM (more than its own ~1.5 µs: the caches it leaves
-# cold), and this bounds it at one per 2 ms. A worker sending tries further apart than this,
-# as a worker on a host that went down does, looks before each of them.
-_LOOK_EVERY: Final = 0.002
-# As the script checks a generation: an integer in [0, 2^52].
-_MAX_GENERATION: Final = 2**52
+# The listener parses this many messages a second at most, beyond a burst of as many, bar the
+# openings it follows: a flood must not have it hold the interpreter the callers need (redis-py
+# parses a message in ~60 µs, so a flood at one connection's full rate would take a core).
+# The fleet's own openings come far slower; what a flood makes wait behind it is read at the
+# next sync, and a backlog past Redis's client-output-buffer-limit costs a reconnect.
+_READ_RATE: Final = 1_000.0
 _MAX_DIGITS: Final = 16
 
 
@@ -79,92 +76,13 @@ def parse(data: object) -> Pushed | None:
     if not (host and _count(generation) and _count(open_ms)):
         return None
     number = int(generation)
-    if number > _MAX_GENERATION:
+    if number > LAST_GENERATION:
         return None
     return Pushed(host, number, int(open_ms))
 
 
 def _count(text: str) -> bool:
     return 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()
-
-
-class Inbox:
-    """The listener's socket as a caller's thread sees it: whether it holds data not yet read,
-    and a wait for the listener to take it in. One per backend, across its connections."""
-
-    def __init__(self) -> None:
-        self._listener = 0
-        self._next_look = 0.0
-        self.reset()
-
-    def watch(self, pubsub: Any) -> None:
-        """On the listener's thread: look at *pubsub*'s socket from now on (None: at none)."""
-        fd = -1
-        if pubsub is not None:
-            # redis-py keeps the socket private; without one the callers never wait.
-            sock = getattr(getattr(pubsub, "connection", None), "_sock", None)
-            with contextlib.suppress(Exception):
-                fd = int(sock.fileno()) if sock is not None else -1
-        self._listener = threading.get_ident()
-        self._fd = fd
-
-    def took(self) -> None:
-        """On the listener's thread: what was read has been handed over."""
-        with self._taken:
-            self._stalled = False
-            self._taken.notify_all()
-
-    def reset(self) -> None:
-        """At the start, and in a forked child: the parent's socket and thread are not this
-        process's."""
-        self._fd = -1
-        self._taken = threading.Condition(threading.Lock())
-        self._stalled = False
-        self._looking = False
-        self._unread_seen = False
-
-    def heed(self) -> None:
-        """Before a try: when the socket holds unread data (an opening, most likely), wait until
-        the listener has taken it in. Looks at most once every ``_LOOK_EVERY``."""
-        fd = self._fd
-        if fd < 0 or self._stalled:
-            return
-        if not self._unread_seen:
-            now = _monotonic()
-            # Unlocked: two threads looking at once cost a second look, never a missed one. A
-            # look under way (the select lets other threads run) is no reason to skip one.
-            if now < self._next_look and not self._looking:
-                return
-            self._next_look = now + _LOOK_EVERY
-            self._looking = True
-            unread = _unread(fd)
-            if unread:
-                # Every other thread's try waits with this one, looked or not. Set before the
-                # look is over, so a thread that skips a look sees one or the other.
-                self._unread_seen = True
-            self._looking = False
-            if not unread:
-                return
-        if threading.get_ident() == self._listener:
-            # A hook the listener runs makes a call: it is taking the data in already.
-            return
-        taken = self._taken
-        with taken:
-            if not taken.wait_for(lambda: self._fd != fd or not _unread(fd), _HEED_WITHIN):
-                self._stalled = True
-            self._unread_seen = False
-
-
-_monotonic = SYSTEM_CLOCK.monotonic
-
-
-def _unread(fd: int) -> bool:
-    try:
-        readable, _, _ = select.select((fd,), (), (), 0)
-    except (OSError, ValueError):
-        # Closed between the look and the select: nothing left to wait for.
-        return False
-    return bool(readable)
 
 
 class Stop(Protocol):
@@ -184,8 +102,8 @@ class Listener(Protocol):
     def listening(self, live: bool) -> None:
         """The subscription was heard (*live*), or lost: pushes may have been missed."""
 
-    def hear(self, pushed: Pushed) -> None:
-        """An opening pushed; never raises."""
+    def hear(self, pushed: Pushed) -> bool:
+        """An opening pushed; whether a breaker followed it. Never raises."""
 
 
 def run(
@@ -251,7 +169,9 @@ class _Subscription:
         pubsub.subscribe(name)
         pinged = False
         heard_at = clock.monotonic()
+        pace = _Pace(clock)
         while not stop.is_set():
+            pace.wait(stop)
             # Its socket as of now: redis-py may have connected again inside the last read.
             inbox.watch(pubsub)
             message = pubsub.get_message(timeout=POLL)
@@ -271,15 +191,43 @@ class _Subscription:
                 continue
             heard_at, pinged = now, False
             kind = message.get("type")
+            followed = False
             if kind == "message":
                 pushed = parse(message.get("data"))
                 if pushed is not None:
-                    listener.hear(pushed)
+                    followed = listener.hear(pushed)
             elif kind == "subscribe" and not self.heard:
                 self.heard = True
                 listener.listening(True)
             del listener
-            inbox.took()
+            inbox.took(followed)
+            if not followed:
+                pace.spend()
+
+
+class _Pace:
+    """The listener's reads, at most ``_READ_RATE`` a second beyond a burst of as many."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._tokens = _READ_RATE
+        self._at = clock.monotonic()
+
+    def spend(self) -> None:
+        """A message was read that was no opening followed."""
+        self._tokens -= 1.0
+
+    def wait(self, stop: Stop) -> None:
+        """Before a read: wait until one is due, or *stop*."""
+        now = self._clock.monotonic()
+        tokens = min(_READ_RATE, self._tokens + (now - self._at) * _READ_RATE)
+        if tokens < 1.0:
+            stop.wait((1.0 - tokens) / _READ_RATE)
+            later = self._clock.monotonic()
+            # At least the one waited for: rounding must not ask for another wait of nothing.
+            tokens = max(1.0, min(_READ_RATE, tokens + (later - now) * _READ_RATE))
+            now = later
+        self._tokens, self._at = tokens, now
 
 
 def _close(pubsub: Any) -> None:

@@ -34,6 +34,7 @@ from .breaker import FleetBreaker
 from .budget import FleetBucket
 from .connect import open_link
 from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
+from .inbox import Inbox
 from .lua import (
     CORRECTED_BREAKER,
     CORRECTED_BUDGET,
@@ -120,8 +121,8 @@ class RedisBackend:
         # Held for each sync, and by a fork for its duration: a sync takes the registry's,
         # the guards' and redis-py's locks, and one held at a fork stays held in the child.
         self._syncing = threading.Lock()
-        # The listener's socket, which each try looks at before it goes out (push.Inbox).
-        self._inbox = push.Inbox()
+        # The listener's socket, which each try looks at before it goes out.
+        self._inbox = Inbox()
         self._begin()
         _live.add(self)
 
@@ -256,9 +257,10 @@ class RedisBackend:
         if live:
             self._wake.set()
 
-    def hear(self, pushed: push.Pushed) -> None:
-        """An opening the fleet pushed: the host's breaker follows it at once. Not while
-        degraded: the guards count on their own until Redis answers the syncs again.
+    def hear(self, pushed: push.Pushed) -> bool:
+        """An opening the fleet pushed: the host's breaker follows it at once (``FleetBreaker.
+        hear`` says when it does not). Not while degraded: the guards count on their own until
+        Redis answers the syncs again. Returns whether a breaker here followed it.
 
         The sync thread is not woken for it: the opening is all there is to know now, the
         next sync reads the rest, and every worker syncing at the instant of a push would take
@@ -266,12 +268,15 @@ class RedisBackend:
         """
         host = self._roster.hosts.get(pushed.host)
         if host is None or self._closed or self._degraded_at is not None:
-            return
+            return False
         limit = host.policy.breaker.recovery_timeout_max
-        transition = host.breaker.hear(pushed.generation, min(pushed.open_for_ms / 1000, limit))
+        followed, transition = host.breaker.hear(
+            pushed.generation, min(pushed.open_for_ms / 1000, limit)
+        )
         if transition is not None:
             # Under no lock, as the sync reports what it noted.
             self._report.tell([transition])
+        return followed
 
     # -- the sync thread's side ----------------------------------------------------------------
 

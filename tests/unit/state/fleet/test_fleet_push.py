@@ -103,7 +103,9 @@ def _record(breaker: FleetBreaker, result: TryResult) -> None:
 def test_a_pushed_opening_opens_a_closed_breaker_at_once(clock):
     """A closed breaker hears an opening for 30 s: open now, for 30 s, and it refuses."""
     breaker = _breaker(clock)
-    transition = breaker.hear(generation=3, open_for=30.0)
+    breaker.adopt(StateCode.CLOSED, 0.0, generation=2)
+    followed, transition = breaker.hear(generation=3, open_for=30.0)
+    assert followed
     assert transition is not None
     assert (transition.from_state, transition.to_state) == (BreakerState.CLOSED, BreakerState.OPEN)
     assert breaker.snapshot().open_for == 30.0
@@ -115,8 +117,8 @@ def test_a_push_no_newer_than_what_the_breaker_knows_changes_nothing(clock):
     old news, heard late."""
     breaker = _breaker(clock)
     breaker.adopt(StateCode.CLOSED, 0.0, generation=5)
-    assert breaker.hear(generation=5, open_for=30.0) is None
-    assert breaker.hear(generation=4, open_for=30.0) is None
+    assert breaker.hear(generation=5, open_for=30.0) == (False, None)
+    assert breaker.hear(generation=4, open_for=30.0) == (False, None)
     assert _state(breaker) is BreakerState.CLOSED
 
 
@@ -135,16 +137,57 @@ def test_a_sync_reply_older_than_a_push_heard_meanwhile_is_not_followed(clock):
     assert _state(breaker) is BreakerState.OPEN
 
 
-def test_a_forged_push_is_undone_by_the_next_sync(clock):
-    """A stranger publishes an opening at a generation far ahead: the breaker follows it, and
-    the next sync's reply (closed, at the fleet's real generation) closes it again."""
+def test_a_forged_push_is_undone_by_the_next_sync_and_not_followed_again(clock):
+    """A stranger publishes an opening one generation past the fleet's: the breaker follows
+    it, the next sync's reply (closed, at the fleet's real generation) closes it again, and
+    the same opening published again is not followed, before or after the next syncs."""
     breaker = _breaker(clock)
     breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
-    breaker.hear(generation=2**52, open_for=30.0)
+    assert breaker.hear(generation=5, open_for=30.0)[0]
     assert _state(breaker) is BreakerState.OPEN
     breaker.exchange()
     transition = breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
     assert transition is not None
+    assert _state(breaker) is BreakerState.CLOSED
+    for _ in range(3):
+        assert breaker.hear(generation=5, open_for=30.0) == (False, None)
+        assert breaker.hear(generation=3, open_for=30.0) == (False, None)
+        breaker.exchange()
+        assert breaker.adopt(StateCode.CLOSED, 0.0, generation=4) is None
+    assert _state(breaker) is BreakerState.CLOSED
+    # A newer opening is followed: the fleet's own, or a stranger's next one.
+    assert breaker.hear(generation=6, open_for=30.0)[0]
+    assert _state(breaker) is BreakerState.OPEN
+
+
+@pytest.mark.parametrize("ahead", [65, 10**6, 2**52 - 4])
+def test_a_push_far_ahead_of_the_generation_last_read_is_not_followed(clock, ahead):
+    """The fleet was read at generation 4: an opening more than 64 generations past it is
+    not the fleet's (or follows a rebuilt hash, which the next read brings), and changes
+    nothing; one 64 past it is followed."""
+    breaker = _breaker(clock)
+    breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
+    assert breaker.hear(generation=4 + ahead, open_for=30.0) == (False, None)
+    assert _state(breaker) is BreakerState.CLOSED
+    assert breaker.hear(generation=4 + 64, open_for=30.0)[0]
+    assert _state(breaker) is BreakerState.OPEN
+
+
+def test_pushes_climbing_past_one_another_stop_64_past_the_generation_last_read(clock):
+    """Openings pushed one past the other, each within 64 of the one before, are followed only
+    up to 64 past the generation last read: the window moves with the fleet's reads, not with
+    what was pushed."""
+    breaker = _breaker(clock)
+    breaker.adopt(StateCode.CLOSED, 0.0, generation=4)
+    followed = [breaker.hear(generation=4 + step, open_for=1.0)[0] for step in (60, 120, 180)]
+    assert followed == [True, False, False]
+
+
+def test_a_breaker_never_read_follows_no_push(clock):
+    """Before its first sync's reply (generation 0), a breaker has nothing to weigh a push
+    against: the sync, under way for a host just added, reads the fleet's state."""
+    breaker = _breaker(clock)
+    assert breaker.hear(generation=1_700_000_000_000, open_for=30.0) == (False, None)
     assert _state(breaker) is BreakerState.CLOSED
 
 
@@ -170,7 +213,7 @@ def test_a_breaker_that_opened_itself_keeps_its_opening_to_send(clock):
     breaker.exchange()
     _record(breaker, TryResult.FAILURE)
     _record(breaker, TryResult.FAILURE)
-    assert breaker.hear(generation=5, open_for=9.0) is None
+    assert breaker.hear(generation=5, open_for=9.0) == (True, None)
     assert breaker.snapshot().open_for == 9.0
     assert breaker.exchange().change is Change.OPENED
 
@@ -278,8 +321,9 @@ class Backend:
     def listening(self, live: bool) -> None:
         self.live.append(live)
 
-    def hear(self, pushed: Pushed) -> None:
+    def hear(self, pushed: Pushed) -> bool:
         self.heard.append(pushed)
+        return True
 
 
 def _subscribed() -> dict[str, Any]:
@@ -358,6 +402,53 @@ def test_reconnects_back_off_to_a_second_and_a_heard_subscription_resets_them(cl
     assert stop.waits[6:] == [0.1, 0.2, 0.4]
 
 
+class ClockedStop(Stop):
+    """A stop event whose waits take their time on the fake clock."""
+
+    def __init__(self, clock: FakeClock, waits: int) -> None:
+        super().__init__(waits)
+        self._clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        stopped = super().wait(timeout)
+        assert timeout is not None
+        self._clock.advance(timeout)
+        return stopped
+
+
+class Following(Backend):
+    """A backend whose breakers follow every opening it hears."""
+
+    def hear(self, pushed: Pushed) -> bool:
+        self.heard.append(pushed)
+        return True
+
+
+def test_a_flood_is_read_at_a_thousand_messages_a_second_beyond_a_burst(clock):
+    """The subscription's confirmation and 1,500 junk messages, all in no time: the first
+    1,000 are read at once; the other 501, and the opening behind them, wait their turn, a
+    thousandth of a second each, and the opening is heard."""
+    stop = ClockedStop(clock, waits=10_000)
+    junk = [_message(b"junk")] * 1_500
+    backend = Backend(clock, [[_subscribed(), *junk, _message(b"5:30000:http://a:80")]], stop)
+    push.run(weakref.ref(backend), stop, "p:openings", clock)
+    paced = stop.waits[:-1]  # the last is the wait before subscribing again
+    assert len(paced) == 502
+    assert sum(paced) == pytest.approx(0.502)
+    assert max(paced) == pytest.approx(0.001)
+    assert backend.heard == [Pushed("http://a:80", 5, 30_000)]
+
+
+def test_openings_followed_are_never_held_back(clock):
+    """1,500 openings that the breakers follow are read as they come: no wait between them."""
+    stop = ClockedStop(clock, waits=10_000)
+    openings = [_message(f"{n}:30000:http://a:80".encode()) for n in range(1, 1_501)]
+    backend = Following(clock, [[_subscribed(), *openings]], stop)
+    push.run(weakref.ref(backend), stop, "p:openings", clock)
+    assert stop.waits[:-1] == []
+    assert len(backend.heard) == 1_500
+
+
 def test_the_thread_ends_when_its_backend_is_collected(clock):
     """Nothing holds the backend but the test: once dropped, the thread returns at its next
     look, closing its connection, without waiting to reconnect."""
@@ -370,8 +461,9 @@ def test_the_thread_ends_when_its_backend_is_collected(clock):
         def listening(self, live: bool) -> None:
             """Nothing to note."""
 
-        def hear(self, pushed: Pushed) -> None:
+        def hear(self, pushed: Pushed) -> bool:
             """Nothing to note."""
+            return False
 
     holder = [Alone()]
     ref: weakref.ref[push.Listener] = weakref.ref(holder[0])

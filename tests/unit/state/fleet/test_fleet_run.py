@@ -175,10 +175,13 @@ def test_an_opening_far_ahead_lasts_at_most_recovery_timeout_max(clock):
 
 
 def test_a_reply_malformed_as_a_whole_is_ignored(clock):
-    """A reply too short, or half open (the store never writes it), changes nothing."""
+    """A reply too short, half open, or at a generation outside [0, 2^52] (the store writes
+    none of them) changes nothing."""
     host = _host(clock)
     batch = take_batch(host, "w", 1_000, random.Random(0))
     assert take_in(host, batch, [0, 0]) != 0
     assert take_in(host, batch, _reply(state=2)) != 0
+    assert take_in(host, batch, _reply(state=1, open_ms=5_000, generation=2**52 + 1)) != 0
+    assert take_in(host, batch, _reply(state=1, open_ms=5_000, generation=-1)) != 0
     assert host.breaker.state is BreakerState.CLOSED
     assert host.bucket.snapshot().tokens == 10.0
