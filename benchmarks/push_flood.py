@@ -42,12 +42,13 @@ from importlib.metadata import version
 from multiprocessing.connection import Connection
 from typing import Any
 
+import _repo_root  # noqa: F401 - devservers/ on sys.path
 import redis
 from _common import table, verdict
 from _upstream import Phase, Upstream
+from devservers import RedisServer
 
 from resilient_session import ResilientSession
-from resilient_session.testing import RedisServer
 
 PREFIX = "bench-flood:"
 THREADS = 4

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import redis
+from devservers.redis_server import RedisServer
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryRecord
 from resilient_session._state.fleet import push
 from resilient_session.clock import SYSTEM_CLOCK
-from resilient_session.testing.redis_server import RedisServer
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
