@@ -15,6 +15,7 @@ from resilient_session._observe.hooks import TryHook
 from resilient_session._observe.otel import OpenTelemetryHook, emitter_for
 from resilient_session.clock import SYSTEM_CLOCK, Clock, jitter_source
 from resilient_session.config import Config
+from resilient_session.config.hostname import canonical_host
 from resilient_session.config.policy import HostPolicy
 
 from .backend import open_backend
@@ -135,7 +136,9 @@ class HostHealth:
 
 
 def host_key(url: str) -> tuple[str, str, int]:
-    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
+    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in
+    and the host spelled canonically (``config.hostname.canonical_host``: ``127.1`` is
+    ``127.0.0.1``, ``API.test.`` is ``api.test``)."""
     return _key_of_origin(_origin(url))
 
 
@@ -166,7 +169,9 @@ _KEY_CACHE_SIZE = 1024
 def _parse_host_key(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    host = parts.hostname or ""
+    # Every spelling of one host shares its state and its rule: parsed once per origin, as
+    # the cache above keeps the result.
+    host = canonical_host(parts.hostname or "")
     try:
         port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
     except ValueError:

@@ -15,6 +15,7 @@ from resilient_session.errors import ConfigError
 
 from . import file as configfile
 from .document import ConfigDocument
+from .hostname import canonical_host
 from .policy import (
     EventsPolicy,
     HostPolicy,
@@ -67,7 +68,8 @@ class Config(msgspec.Struct, frozen=True):
     source: str = "built-in defaults"
 
     def for_host(self, host: str, port: int) -> HostPolicy:
-        """The policy for *host* (lower case, IPv6 without brackets) on *port*."""
+        """The policy for *host* (IPv6 without brackets; matched on its canonical spelling,
+        ``hostname.canonical_host``) on *port*."""
         rule = self._match(host, port)
         return rule.policy if rule is not None else self.defaults
 
@@ -77,7 +79,7 @@ class Config(msgspec.Struct, frozen=True):
         return rule.pattern if rule is not None else None
 
     def _match(self, host: str, port: int) -> _HostRule | None:
-        host = host.lower()
+        host = canonical_host(host)
         return next((rule for rule in self.rules if rule.matches(host, port)), None)
 
 
@@ -239,4 +241,8 @@ def _parse_pattern(
     if not host or host.count("[") != host.count("]"):
         errors.add(path, "bad host pattern: unbalanced [ ]")
         return None
-    return host, port
+    # Matched on the host's canonical spelling, so a rule written "127.1" or "Api.test." is
+    # the rule of 127.0.0.1 or api.test, whichever way a URL spells them.
+    if any(ch in host for ch in "*?["):
+        return host.rstrip(".") or host, port
+    return canonical_host(host), port
