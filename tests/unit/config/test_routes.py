@@ -62,7 +62,9 @@ def test_routes_are_tried_longest_first_then_by_pattern():
     that hold one path always give the same one."""
     routes = _routes("/a/*", "/*/b", "/a/b/*", "/[ab]/*")
     assert [route.pattern for route in routes] == ["/[ab]/*", "/a/b/*", "/*/b", "/a/*"]
-    assert route_for(routes, "/a/b").pattern == "/[ab]/*"
+    found = route_for(routes, "/a/b")
+    assert found is not None
+    assert found.pattern == "/[ab]/*"
 
 
 @pytest.mark.parametrize(
@@ -243,4 +245,6 @@ def test_a_config_with_routes_survives_pickling():
     )
     again = pickle.loads(pickle.dumps(config))  # noqa: S301 - our own bytes
     assert again == config
-    assert route_for(again.routes_for(HOST, 443), "/a/b/c").policy.retry.max_attempts == 1
+    found = route_for(again.routes_for(HOST, 443), "/a/b/c")
+    assert found is not None
+    assert found.policy.retry.max_attempts == 1
