@@ -232,14 +232,13 @@ def _rule(
     before = len(errors)
     check_struct(sections, HostPolicy, path, errors, relations=False)
     merged = _merged(base, sections)
-    # A route is merged over its host's sections only when they are sound on their own; else
-    # only its own keys are checked, so no error of the host's is reported again for it.
-    over = merged if len(errors) == before else None
-    routes = _routes(entry.get(_ROUTES, {}), over, path, errors)
-    if len(errors) > before or parsed is None:
-        return None
-    policy = check_struct(merged, HostPolicy, path, errors)
-    if policy is None:
+    policy = None
+    if len(errors) == before and parsed is not None:
+        policy = check_struct(merged, HostPolicy, path, errors)
+    # A route is merged over its host's entry only when that is sound; else only the route's
+    # own keys are checked, so no error of the host's is reported again for each route.
+    routes = _routes(entry.get(_ROUTES, {}), merged if policy is not None else None, path, errors)
+    if policy is None or parsed is None or len(errors) > before:
         return None
     host, port = parsed
     wildcard = any(ch in host for ch in "*?[")

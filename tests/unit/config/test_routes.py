@@ -248,3 +248,14 @@ def test_a_config_with_routes_survives_pickling():
     found = route_for(again.routes_for(HOST, 443), "/a/b/c")
     assert found is not None
     assert found.policy.retry.max_attempts == 1
+
+
+def test_a_hosts_broken_relation_is_not_reported_again_for_its_routes():
+    """A host entry whose backoff_cap is below its backoff_base is one error, not one more
+    for each route merged over it."""
+    message = _error(
+        {"hosts": {HOST: {"retry": {"backoff_cap": 0.1}, "routes": {"/a": {}, "/b": {}}}}}
+    )
+    assert message == (
+        'hosts."api.example.com".retry.backoff_cap: must be >= backoff_base (0.5), got 0.1'
+    )
