@@ -8,6 +8,7 @@ HTTP_TRY_FIELDS = frozenset(
         "method",
         "url",
         "host",
+        "route",
         "attempt",
         "status",
         "error",

@@ -239,7 +239,8 @@ class ResilientSession(TypedVerbs):
         return around
 
     def health(self) -> dict[str, HostHealth]:
-        """Per host: breaker state, tokens left, calls, tries, retries and failures so far."""
+        """Per host: breaker state, tokens left, calls, tries, retries and failures so far;
+        a host with routes is followed by each route used so far (``HostHealth.route``)."""
         return self.registry.health()
 
     def close(self) -> None:

@@ -691,3 +691,47 @@ def test_check_host_never_echoes_a_secret_and_a_bad_bracket_is_usage(capsys, con
     assert "token=REDACTED" in line
     assert main(["check", str(config_file), "--host", "[::1"]) == 2
     assert _one_error_line(capsys.readouterr().err).startswith("resilient-session: bad --host")
+
+
+ROUTED_CONFIG = """\
+hosts:
+  api.example.com:
+    breaker: {failure_threshold: 3}
+    routes:
+      "/v1/payments/*": {retry: {max_attempts: 1}}
+      "/search/*": {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("host", "entry", "attempts"),
+    [
+        (
+            "https://api.example.com/v1/payments/7?x=1",
+            'hosts."api.example.com".routes."/v1/payments/*" over hosts."api.example.com" over '
+            "defaults",
+            1,
+        ),
+        ("https://api.example.com/other", 'hosts."api.example.com" over defaults', 4),
+        ("api.example.com", 'hosts."api.example.com" over defaults', 4),
+    ],
+)
+def test_check_host_shows_the_policy_of_the_route_a_url_is_in(
+    capsys, tmp_path, host, entry, attempts
+):
+    """A URL in one of the host's routes gets that route's policy, named as such; a host
+    with routes shown without one lists them."""
+    path = tmp_path / "routed.yaml"
+    path.write_text(ROUTED_CONFIG, encoding="utf-8")
+    assert main(["check", str(path), "--host", host]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"# {path}: ok; policy for api.example.com:443 ({entry})"
+    listed = (
+        "# routes of its own: /v1/payments/*, /search/* (--host with a URL in one shows its policy)"
+    )
+    assert (listed in out.splitlines()) == (attempts != 1)
+    policy = yaml.safe_load(out)
+    assert (policy["retry"]["max_attempts"], policy["breaker"]["failure_threshold"]) == (
+        attempts,
+        3,
+    )

@@ -381,3 +381,48 @@ def test_the_redacting_hook_clears_every_redirect_hops_span(
     ]
     assert [(s.attributes or {})["url.full"] for s in tries] == hops
     assert [SECRET in _values(s) for s in spans] == [False] * 3
+
+
+def test_a_routes_spans_metrics_and_gauges_carry_the_route(otel: Otel) -> None:
+    """A try under a route is a span with resilient_session.route, its duration and its
+    refusals are counted with it, and its state is one more set of gauges, on the host's
+    server.address and port; a try outside every route carries no route attribute."""
+    config = {
+        "defaults": {"retry": {"max_attempts": 1}},
+        "hosts": {"127.0.0.1": {"routes": {"/bad/*": {"breaker": {"failure_threshold": 1}}}}},
+    }
+    with FlakyUpstream() as up, otel.session(config) as session:
+        up.script("/bad/1", Reply(500))
+        assert session.get(up.url("/bad/1")).status_code == 500
+        with pytest.raises(CircuitOpenError):
+            session.get(up.url("/bad/2"))
+        assert session.get(up.url("/good")).status_code == 200
+        port = up.port
+        spans = otel.finished()
+        assert [dict(s.attributes or {}).get("resilient_session.route") for s in spans] == [
+            "/bad/*",
+            None,
+        ]
+        durations = otel.points("http.client.request.duration")
+        assert sorted(
+            (dict(p.attributes).get("resilient_session.route") or "", p.count) for p in durations
+        ) == [("", 1), ("/bad/*", 1)]
+        refused = otel.points("resilient_session.tries.refused")
+        assert [dict(p.attributes) for p in refused] == [
+            {
+                "resilient_session.guard": "breaker",
+                "server.address": "127.0.0.1",
+                "server.port": port,
+                "resilient_session.route": "/bad/*",
+            }
+        ]
+        gauges = otel.points("resilient_session.breaker.state")
+        assert sorted(
+            (
+                p.attributes["server.address"],
+                p.attributes["server.port"],
+                p.attributes.get("resilient_session.route", ""),
+                p.value,
+            )
+            for p in gauges
+        ) == [("127.0.0.1", port, "", 0), ("127.0.0.1", port, "/bad/*", 1)]

@@ -99,6 +99,7 @@ def emit_transition(transition: StateChange) -> None:
         logger.warning(
             "breaker.transition",
             host=transition.host,
+            route=transition.route,
             seq=transition.seq,
             **{"from": transition.from_state.value, "to": transition.to_state.value},
         )

@@ -14,15 +14,18 @@ from typing import NamedTuple, Protocol, runtime_checkable
 class TryRecord(NamedTuple):
     """One finished try, sent or refused locally, as every hook sees it.
 
-    The first eleven fields are the ``http.try`` event's, in its order and with its values;
+    The first twelve fields are the ``http.try`` event's, in its order and with its values;
     the event also carries ``hedge`` on a hedge's try, where it is true.
     """
 
     method: str
     # Redacted as the events redact it: no secret query value, no userinfo.
     url: str
-    # ``scheme://host:port``, the key of the host's state.
+    # ``scheme://host:port``, the host spelled canonically: the key of the host's state.
     host: str
+    # The pattern of the host's route the try's path is in (``hosts:`` ... ``routes:``), whose
+    # state it ran under; None when it ran under the host's own.
+    route: str | None
     attempt: int
     status: int | None
     # The class name of the exception the try ended with, if any.
@@ -50,7 +53,7 @@ class TryRecord(NamedTuple):
         return fields
 
 
-_EVENT_FIELDS = TryRecord._fields[:11]
+_EVENT_FIELDS = TryRecord._fields[:12]
 
 
 class TrySending(NamedTuple):
@@ -60,6 +63,8 @@ class TrySending(NamedTuple):
     url: str
     host: str
     attempt: int
+    # The host's route whose state the try runs under, as in ``TryRecord``; None for none.
+    route: str | None = None
 
 
 @runtime_checkable
@@ -90,6 +95,9 @@ class StateChange(Protocol):
 
     @property
     def host(self) -> str: ...
+
+    @property
+    def route(self) -> str | None: ...
 
     @property
     def seq(self) -> int: ...

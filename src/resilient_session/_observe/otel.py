@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from .hooks import TryRecord, TrySending
-from .otel_metrics import SCOPE, HealthSource, instruments_for, server_of
+from .otel_metrics import (
+    ROUTE_ATTRIBUTE,
+    SCOPE,
+    HealthSource,
+    attributes_of,
+    instruments_for,
+    server_of,
+)
 
 # The guard behind each refusal reason, for the span event and the counter.
 GUARDS = {
@@ -80,6 +87,8 @@ class OpenTelemetryHook:
             "server.address": address,
             "server.port": port,
         }
+        if sending.route is not None:
+            attributes[ROUTE_ATTRIBUTE] = sending.route
         if sending.attempt > 1:
             attributes["http.request.resend_count"] = sending.attempt - 1
         span = self._tracer.start_span(sending.method, kind=SpanKind.CLIENT, attributes=attributes)
@@ -102,8 +111,7 @@ class OpenTelemetryHook:
         duration = time.perf_counter() - sent_at
         attributes: dict[str, Any] = {
             "http.request.method": record.method,
-            "server.address": address,
-            "server.port": port,
+            **attributes_of(address, port, record.route),
         }
         if record.status is not None:
             attributes["http.response.status_code"] = record.status
@@ -132,10 +140,8 @@ class OpenTelemetryHook:
         from opentelemetry import trace
 
         guard = GUARDS.get(record.refused or "", record.refused or "")
-        self._instruments.refused.add(
-            1,
-            {"resilient_session.guard": guard, "server.address": address, "server.port": port},
-        )
+        where = attributes_of(address, port, record.route)
+        self._instruments.refused.add(1, {"resilient_session.guard": guard, **where})
         # The try sent nothing, so it is no client span: an event on the call's own span.
         span = trace.get_current_span()
         if span.is_recording():
@@ -146,8 +152,7 @@ class OpenTelemetryHook:
                     "resilient_session.reason": record.reason,
                     "resilient_session.attempt": record.attempt,
                     "http.request.method": record.method,
-                    "server.address": address,
-                    "server.port": port,
+                    **where,
                 },
             )
 

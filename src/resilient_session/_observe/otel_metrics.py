@@ -81,12 +81,14 @@ class Instruments:
             with self._lock:
                 sources = list(self._sources)
             for snapshot in live(sources):
-                for host, health in snapshot.items():
+                for key, health in snapshot.items():
                     value = read(health)
                     if value is None:
                         continue
-                    address, port = server_of(host)
-                    yield Observation(value, {"server.address": address, "server.port": port})
+                    # A route's state is keyed by its host key with the pattern after it.
+                    route = getattr(health, "route", None)
+                    address, port = server_of(key[: len(key) - len(route)] if route else key)
+                    yield Observation(value, attributes_of(address, port, route))
 
         return observe
 
@@ -103,6 +105,19 @@ def instruments_for(meter_provider: Any) -> Instruments:
         if made is None:
             made = _made[meter_provider] = Instruments(meter_provider)
         return made
+
+
+ROUTE_ATTRIBUTE = "resilient_session.route"
+
+
+def attributes_of(address: str, port: int, route: str | None) -> dict[str, Any]:
+    """``server.address`` and ``server.port``, and the route's pattern for a try or state of
+    a route (``hosts:`` ... ``routes:``): a configured, bounded set, so no new series beyond
+    the routes a config names."""
+    attributes: dict[str, Any] = {"server.address": address, "server.port": port}
+    if route is not None:
+        attributes[ROUTE_ATTRIBUTE] = route
+    return attributes
 
 
 def server_of(host: str) -> tuple[str, int]:

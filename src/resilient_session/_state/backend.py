@@ -27,10 +27,10 @@ class MemoryBackend:
         self._clock = clock
         self._rng = rng
 
-    def build(self, key: str, policy: HostPolicy) -> Guards:
+    def build(self, key: str, policy: HostPolicy, route: str | None = None) -> Guards:
         clock, rng = self._clock, self._rng
         return (
-            CircuitBreaker(key, policy.breaker, clock, rng),
+            CircuitBreaker(key, policy.breaker, clock, rng, route),
             TokenBucket(policy.budget, clock),
             AdaptiveThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
         )

@@ -53,6 +53,8 @@ class Transition:
     from_state: BreakerState
     to_state: BreakerState
     seq: int
+    # The host's route whose breaker this is (``hosts:`` ... ``routes:``); None for the host's.
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,17 @@ class CircuitBreaker:
     transition as a value: nothing slow or re-entrant ever runs under the lock.
     """
 
-    def __init__(self, host: str, policy: BreakerPolicy, clock: Clock, rng: random.Random) -> None:
+    def __init__(
+        self,
+        host: str,
+        policy: BreakerPolicy,
+        clock: Clock,
+        rng: random.Random,
+        route: str | None = None,
+    ) -> None:
         self.host = host
+        # The route of the host this breaker guards alone; None when it guards the host.
+        self.route = route
         self._policy = policy
         self._clock = clock
         self._rng = rng
@@ -239,7 +250,7 @@ class CircuitBreaker:
 
     def _move(self, to_state: BreakerState) -> Transition:
         self._epoch += 1
-        transition = Transition(self.host, self._state, to_state, self._epoch)
+        transition = Transition(self.host, self._state, to_state, self._epoch, self.route)
         self._state = to_state
         self._closed_permit = Permit(self._epoch, probe=False)
         self.closed_admission = (

@@ -13,10 +13,19 @@ from .budget import TokenBucket
 from .limit import ConcurrencyLimit
 from .throttle import AdaptiveThrottle
 
+
+def scope_key(host: str, route: str | None) -> str:
+    """The key of the state of *host* (``scheme://host:port``), or of one of its routes: the
+    host key with the route's pattern after it (``https://api.example.com:443/search/*``).
+    What the registry, ``health()`` and a fleet's Redis keys name a state by."""
+    return host if route is None else host + route
+
+
 # A host's guards, as a backend builds them: the throttle is None when the policy disables it.
 Guards = tuple[CircuitBreaker, TokenBucket, AdaptiveThrottle | None]
-# One host as the registry holds it: its key, policy and guards, and its concurrency limit
-# (None when disabled), whose tries in flight say the host is in use.
+# One host, or one route of a host, as the registry holds it: its key (``scope_key``), policy
+# and guards, and its concurrency limit (None when disabled), whose tries in flight say the
+# host is in use.
 Held = tuple[str, HostPolicy, Guards, ConcurrencyLimit | None]
 # What the registry holds now.
 HostsNow = Callable[[], list[Held]]
@@ -37,8 +46,9 @@ class StateBackend(Protocol):
     def degraded(self) -> bool:
         """True while the shared store is out of reach and the guards run on local state."""
 
-    def build(self, key: str, policy: HostPolicy) -> Guards:
-        """Fresh guards for host *key*."""
+    def build(self, key: str, policy: HostPolicy, route: str | None = None) -> Guards:
+        """Fresh guards for host *key* (``scheme://host:port``), or for its *route*: kept
+        under ``scope_key(key, route)``."""
 
     def serve(self, hosts: HostsNow) -> None:
         """Keep in step, from now on, the guards *hosts* returns at each moment: exactly the

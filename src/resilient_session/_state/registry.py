@@ -1,4 +1,5 @@
-"""Per-host state (breaker, budget, concurrency limit, policy) in a bounded, thread-safe map."""
+"""Per-host state (breaker, budget, concurrency limit, policy) in a bounded, thread-safe map,
+and the state of each route of a host that has routes."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ from resilient_session._observe.hooks import TryHook
 from resilient_session._observe.otel import OpenTelemetryHook, emitter_for
 from resilient_session.clock import SYSTEM_CLOCK, Clock, jitter_source
 from resilient_session.config import Config
+from resilient_session.config.hostname import canonical_host
 from resilient_session.config.policy import HostPolicy
+from resilient_session.config.route import Route, path_of
 
 from .backend import open_backend
 from .breaker import BreakerState, CircuitBreaker
 from .budget import TokenBucket
 from .hedge import HedgeSnapshot, HedgeState
-from .interface import Held, StateBackend
+from .interface import Held, StateBackend, scope_key
 from .limit import ConcurrencyLimit, LimitSnapshot
 from .meaning import TryTable, table_for
+from .routes import RouteStates
 from .runtime import Runtime, runtime_for
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
@@ -36,9 +40,15 @@ _NO_HEDGING = HedgeSnapshot(0, 0, 0, None)
 
 @dataclass(frozen=True, slots=True)
 class HostState:
-    """Everything kept for one ``scheme://host:port``."""
+    """Everything kept for one ``scheme://host:port``, or for one route of it."""
 
+    # What the state is kept under (``interface.scope_key``): the host key, or for a route
+    # the host key with its pattern after it.
     key: str
+    # ``scheme://host:port``, the host spelled canonically: what the events name it by.
+    host: str
+    # The route's pattern; None for the host's own state.
+    route: str | None
     policy: HostPolicy
     breaker: CircuitBreaker
     bucket: TokenBucket
@@ -51,7 +61,10 @@ class HostState:
     # What a finished try means to decide and to each guard, by this host's statuses.
     table: TryTable
     # None when the policy does not hedge: the hedged chain then costs one attribute check.
-    hedge: HedgeState | None = None
+    hedge: HedgeState | None
+    # A host's routes and the state of each, when its entry has routes; None otherwise, and
+    # always for a route's own state.
+    routes: RouteStates[HostState] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,9 @@ class HostHealth:
         state_backend: where the breaker, budget and throttle live: ``memory`` or ``redis``.
         state_degraded: true while the redis backend cannot reach Redis and runs on this
             process's state alone; always false for ``memory``.
+        route: the pattern of the host's route whose own state this is (``hosts:`` ...
+            ``routes:``); None for the host's state, which every call outside the host's
+            routes shares.
     """
 
     breaker: BreakerState
@@ -119,15 +135,16 @@ class HostHealth:
     hedge_delay: float
     state_backend: str
     state_degraded: bool
+    route: str | None = None
 
-    def as_dict(self) -> dict[str, str | int | float | bool]:
+    def as_dict(self) -> dict[str, str | int | float | bool | None]:
         """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
 
         Example::
 
             json.dumps({host: health.as_dict() for host, health in session.health().items()})
         """
-        values: dict[str, str | int | float | bool] = {
+        values: dict[str, str | int | float | bool | None] = {
             field.name: getattr(self, field.name) for field in fields(self)
         }
         values["breaker"] = self.breaker.value
@@ -135,7 +152,9 @@ class HostHealth:
 
 
 def host_key(url: str) -> tuple[str, str, int]:
-    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in."""
+    """``(scheme://host:port, host, port)`` of *url*, with the scheme's default port filled in
+    and the host spelled canonically (``config.hostname.canonical_host``: ``127.1`` is
+    ``127.0.0.1``, ``API.test.`` is ``api.test``)."""
     return _key_of_origin(_origin(url))
 
 
@@ -166,7 +185,9 @@ _KEY_CACHE_SIZE = 1024
 def _parse_host_key(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    host = parts.hostname or ""
+    # Every spelling of one host shares its state and its rule: parsed once per origin, as
+    # the cache above keeps the result.
+    host = canonical_host(parts.hostname or "")
     try:
         port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
     except ValueError:
@@ -217,6 +238,11 @@ class HostRegistry:
         # The origin and state most recently moved to the end, so never the next evicted:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
+        self._routed = self.config.routed
+        if self._routed:
+            # Only a config with routes looks at a call's path: without, every call runs
+            # exactly the lookup it ran before there were routes.
+            self.for_url = self._for_url_routed  # type: ignore[method-assign]  # per instance
         self.backend.serve(self.guards)
         _live.add(self)
 
@@ -241,21 +267,9 @@ class HostRegistry:
                 self._last = (origin, known)
                 return known
         # Matching and building happen outside the lock; a racing thread's entry wins.
-        policy = self.config.for_host(host, port)
-        clock = self.runtime.clock
-        guards = self.backend.build(key, policy)
-        breaker, bucket, throttle = guards
-        fresh = HostState(
-            key,
-            policy,
-            breaker,
-            bucket,
-            throttle,
-            (policy.timeout.connect, policy.timeout.read),
-            ConcurrencyLimit(key, policy.limit, clock) if policy.limit.enabled else None,
-            table_for(policy.retry),
-            HedgeState(policy.hedging) if policy.hedging.enabled else None,
-        )
+        config = self.config
+        routes = config.routes_for(host, port) if self._routed else ()
+        fresh = self._build(key, None, config.for_host(host, port), routes)
         with self._lock:
             state = self._hosts.setdefault(key, fresh)
             self._hosts.move_to_end(key)
@@ -267,19 +281,75 @@ class HostRegistry:
             self.backend.added(_held(state))
         return state
 
-    def guards(self) -> list[Held]:
-        """Each host's key, policy, guards and concurrency limit now: what a state backend
-        keeps in step."""
+    def _for_url_routed(self, url: str) -> HostState:
+        """``for_url`` of a registry whose config has routes: the state of the route of its
+        host that *url*'s path is in, else the host's."""
+        state = HostRegistry.for_url(self, url)
+        routes = state.routes
+        if routes is None:
+            return state
+        route = routes.find(path_of(url))
+        if route is None:
+            return state
+        known = routes.get(route)
+        if known is not None:
+            return known
+        # Built outside any lock, as a host's is; a racing thread's state for the route wins.
+        fresh = self._build(state.host, route.pattern, route.policy, ())
+        kept = routes.keep(route, fresh)
+        # Outside the route's lock: no code path holds two locks.
+        if kept is fresh:
+            self.backend.added(_held(kept))
+        return kept
+
+    def _build(
+        self, host: str, route: str | None, policy: HostPolicy, routes: tuple[Route, ...]
+    ) -> HostState:
+        """Fresh state for *host* (``scheme://host:port``) or its *route*, under *policy*."""
+        key = scope_key(host, route)
+        breaker, bucket, throttle = self.backend.build(host, policy, route)
+        return HostState(
+            key,
+            host,
+            route,
+            policy,
+            breaker,
+            bucket,
+            throttle,
+            (policy.timeout.connect, policy.timeout.read),
+            ConcurrencyLimit(key, policy.limit, self.runtime.clock)
+            if policy.limit.enabled
+            else None,
+            table_for(policy.retry),
+            HedgeState(policy.hedging) if policy.hedging.enabled else None,
+            RouteStates(routes) if routes else None,
+        )
+
+    def _states(self) -> list[HostState]:
+        """Every host's state, each followed by its routes' (those used so far)."""
         with self._lock:
-            states = list(self._hosts.values())
-        return [_held(state) for state in states]
+            hosts = list(self._hosts.values())
+        states: list[HostState] = []
+        for state in hosts:
+            states.append(state)
+            if state.routes is not None:
+                states.extend(state.routes.states())
+        return states
+
+    def guards(self) -> list[Held]:
+        """Each host's (and route's) key, policy, guards and concurrency limit now: what a
+        state backend keeps in step."""
+        return [_held(state) for state in self._states()]
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks, and no concurrency-limit slot or half-open probe
         taken, for every host. The child runs only the forking thread, so a lock, slot or
         probe a parent's thread held at the fork would never be given back there."""
         self._lock = threading.Lock()
-        for state in self._hosts.values():  # no lock: no other thread runs in the child
+        for host in self._hosts.values():
+            if host.routes is not None:
+                host.routes.after_fork()
+        for state in self._states():  # no other thread runs in the child to race these
             state.breaker.after_fork()
             state.bucket.after_fork()
             if state.throttle is not None:
@@ -297,9 +367,9 @@ class HostRegistry:
         self.backend.close()
 
     def health(self) -> dict[str, HostHealth]:
-        """A snapshot per host, most recently used last."""
-        with self._lock:
-            states = list(self._hosts.values())
+        """A snapshot per host, most recently used last, each host followed by its routes
+        used so far (keyed ``scheme://host:port/route/*``, ``HostHealth.route`` set)."""
+        states = self._states()
         result = {}
         backend, degraded = self.backend.name, self.backend.degraded
         for state in states:
@@ -335,6 +405,7 @@ class HostRegistry:
                 hedge_delay=hedge.delay or 0.0,
                 state_backend=backend,
                 state_degraded=degraded,
+                route=state.route,
             )
         return result
 

@@ -46,7 +46,5 @@ def runtime_for(
     kept = tuple(hooks)
     senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
     names = sensitive_names(config.events.redact_params)
-    hedging = config.defaults.hedging.enabled or any(
-        rule.policy.hedging.enabled for rule in config.rules
-    )
+    hedging = any(policy.hedging.enabled for policy in config.policies())
     return Runtime(clock, rng, names, kept, senders, StateReport(kept), hedging)

@@ -37,9 +37,8 @@ _PIECE: Final = 64 * 1024
 
 
 def caps_any(config: Config) -> bool:
-    """Whether *config* caps the responses of any host, the defaults included."""
-    policies = (config.defaults, *(rule.policy for rule in config.rules))
-    return any(policy.retry.max_response_bytes is not None for policy in policies)
+    """Whether *config* caps the responses of any host or route, the defaults included."""
+    return any(policy.retry.max_response_bytes is not None for policy in config.policies())
 
 
 def limit_body(response: requests.Response, cap: int, names: frozenset[str]) -> None:

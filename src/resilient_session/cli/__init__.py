@@ -24,6 +24,7 @@ from resilient_session._observe.redact import SENSITIVE_PARAMS, redact_text, sen
 from resilient_session._observe.render import log_json_lines
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config import load
+from resilient_session.config.route import path_of, route_for
 from resilient_session.errors import ConfigError
 from resilient_session.session import ResilientSession
 
@@ -273,14 +274,23 @@ def _run_check(args: argparse.Namespace) -> int:
         return EXIT_OK
     host, port = _parse_host(args.host)
     matched = config.matching_pattern(host, port)
-    policy = msgspec.to_builtins(config.for_host(host, port), order="deterministic")
+    routes = config.routes_for(host, port)
+    # A URL's path picks the route it is in, as a call's does.
+    route = route_for(routes, path_of(args.host)) if "://" in args.host else None
+    chosen = route.policy if route is not None else config.for_host(host, port)
+    policy = msgspec.to_builtins(chosen, order="deterministic")
     if args.json:
         print(json.dumps(policy, indent=2))
         return EXIT_OK
     entry = f'hosts."{matched}" over defaults' if matched is not None else "defaults only"
+    if route is not None:
+        entry = f'hosts."{matched}".routes."{route.pattern}" over {entry}'
     shown = f"[{host}]" if ":" in host else host
     print(f"# {args.config}: ok; policy for {shown}:{port} ({entry})")
     print(f"# {state_text(config.state)}")
+    if routes and route is None:
+        patterns = ", ".join(printable(r.pattern) for r in routes)
+        print(f"# routes of its own: {patterns} (--host with a URL in one shows its policy)")
     print(yaml.safe_dump(policy, sort_keys=False, default_flow_style=False), end="")
     return EXIT_OK
 

@@ -18,6 +18,7 @@ from .policy import (
     StatePolicy,
     StrictStruct,
 )
+from .route import MAX_ROUTES, RouteKey
 
 # A port 1..65535, leading zeros allowed as loading allows them.
 _PORT: Final = (
@@ -37,12 +38,19 @@ HOST_KEY_PATTERN: Final = (
 HostKey: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, pattern=HOST_KEY_PATTERN)]
 
 
+class HostEntry(HostPolicy, frozen=True):
+    """A ``hosts:`` entry: sections over the defaults, and the host's routes (a path pattern
+    each, its sections over the host's), each with state of its own."""
+
+    routes: Annotated[dict[RouteKey, HostPolicy], msgspec.Meta(max_length=MAX_ROUTES)] = {}  # noqa: RUF012 - a msgspec Struct copies it
+
+
 class ConfigDocument(StrictStruct, frozen=True):
     """The shape of a configuration file; used for the JSON Schema and top-level keys."""
 
     defaults: HostPolicy = HostPolicy()
     # Loading reads the keys itself, with its own messages; the pattern is the schema's.
-    hosts: dict[HostKey, HostPolicy] = {}  # noqa: RUF012 - a msgspec Struct copies it
+    hosts: dict[HostKey, HostEntry] = {}  # noqa: RUF012 - a msgspec Struct copies it
     registry: RegistryPolicy = RegistryPolicy()
     events: EventsPolicy = EventsPolicy()
     inbound: InboundPolicy = InboundPolicy()
@@ -90,13 +98,14 @@ def _settle(node: Any, sets: set[str]) -> None:
 
 # What an editor is told the schema leaves out: docs/configuration.md lists the same rules.
 SCHEMA_DESCRIPTION: Final = (
-    "Checks every key, type and range, and the form of each hosts key (a host, host:port, "
-    "[ipv6]:port or wildcard, no scheme or path, a port 1..65535). Partial: only loading the "
-    "file (resilient-session check) enforces the rules between keys (retry.backoff_cap >= "
+    "Checks every key, type and range, the form of each hosts key (a host, host:port, "
+    "[ipv6]:port or wildcard, no scheme or path, a port 1..65535) and of each routes key (a "
+    "path from its /, shell-style wildcards allowed). Partial: only loading the file "
+    "(resilient-session check) enforces the rules between keys (retry.backoff_cap >= "
     "backoff_base; transient_statuses and overload_statuses disjoint; "
     "breaker.recovery_timeout_max >= recovery_timeout; limit.min <= initial <= max; "
     "deadline.header and attempt_header not a framing, hop-by-hop or credential header and not "
-    "the same), each again on a host entry merged over defaults; balanced [ ] in a hosts key; "
-    "two hosts keys naming one host; a state.url the Redis client accepts; and the file's own "
-    "limits (duplicate keys, aliases, size and depth)."
+    "the same), each again on a host entry merged over defaults and on a route merged over its "
+    "host's; balanced [ ] in a hosts key; two hosts keys naming one host; a state.url the "
+    "Redis client accepts; and the file's own limits (duplicate keys, aliases, size and depth)."
 )

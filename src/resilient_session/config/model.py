@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -15,6 +15,7 @@ from resilient_session.errors import ConfigError
 
 from . import file as configfile
 from .document import ConfigDocument
+from .hostname import canonical_host
 from .policy import (
     EventsPolicy,
     HostPolicy,
@@ -22,6 +23,7 @@ from .policy import (
     RegistryPolicy,
     StatePolicy,
 )
+from .route import MAX_ROUTE_LENGTH, MAX_ROUTES, ROUTE_KEY_PATTERN, Route, specificity
 from .validation import Errors, check_key, check_struct, check_value, dotted, shown
 
 ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
@@ -29,6 +31,7 @@ ENV_VAR: Final = "RESILIENT_SESSION_CONFIG"
 
 _PORT_SUFFIX = re.compile(r":(\d+)$")
 _PATTERN_CHARS = re.compile(r"^[A-Za-z0-9.*?\-_\[\]!:]+$")
+_ROUTE_CHARS = re.compile(ROUTE_KEY_PATTERN)
 
 
 class _HostRule(msgspec.Struct, frozen=True):
@@ -37,6 +40,8 @@ class _HostRule(msgspec.Struct, frozen=True):
     port: int | None
     wildcard: bool
     policy: HostPolicy
+    # Longest pattern first (route.specificity): the order a call's path is tried in.
+    routes: tuple[Route, ...] = ()
 
     def matches(self, host: str, port: int) -> bool:
         if self.port is not None and self.port != port:
@@ -67,9 +72,29 @@ class Config(msgspec.Struct, frozen=True):
     source: str = "built-in defaults"
 
     def for_host(self, host: str, port: int) -> HostPolicy:
-        """The policy for *host* (lower case, IPv6 without brackets) on *port*."""
+        """The policy for *host* (IPv6 without brackets; matched on its canonical spelling,
+        ``hostname.canonical_host``) on *port*."""
         rule = self._match(host, port)
         return rule.policy if rule is not None else self.defaults
+
+    def routes_for(self, host: str, port: int) -> tuple[Route, ...]:
+        """The routes of the ``hosts:`` entry that applies to *host* on *port*, in the order a
+        path is tried against them (longest pattern first); empty for a host without any."""
+        rule = self._match(host, port)
+        return rule.routes if rule is not None else ()
+
+    @property
+    def routed(self) -> bool:
+        """Whether any ``hosts:`` entry has routes: without, no call looks at its path."""
+        return any(rule.routes for rule in self.rules)
+
+    def policies(self) -> Iterator[HostPolicy]:
+        """Every policy a call may run under: the defaults, each host entry's, each route's."""
+        yield self.defaults
+        for rule in self.rules:
+            yield rule.policy
+            for route in rule.routes:
+                yield route.policy
 
     def matching_pattern(self, host: str, port: int) -> str | None:
         """The ``hosts:`` key that applies to *host* on *port*, or None for the defaults."""
@@ -77,7 +102,7 @@ class Config(msgspec.Struct, frozen=True):
         return rule.pattern if rule is not None else None
 
     def _match(self, host: str, port: int) -> _HostRule | None:
-        host = host.lower()
+        host = canonical_host(host)
         return next((rule for rule in self.rules if rule.matches(host, port)), None)
 
 
@@ -117,7 +142,7 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
     for key in data:
         check_key(key, _TOP_LEVEL, (), errors)
     try:
-        defaults = check_struct(data.get("defaults", {}), HostPolicy, ("defaults",), errors)
+        defaults = check_struct(_defaults(data, errors), HostPolicy, ("defaults",), errors)
         registry = check_struct(data.get("registry", {}), RegistryPolicy, ("registry",), errors)
         events = check_struct(data.get("events", {}), EventsPolicy, ("events",), errors)
         inbound = check_struct(data.get("inbound", {}), InboundPolicy, ("inbound",), errors)
@@ -142,6 +167,19 @@ def _build(data: Any, origin: str, errors: Errors) -> Config:
         state=state,
         source=origin,
     )
+
+
+def _defaults(data: Mapping[str, Any], errors: Errors) -> Any:
+    """The ``defaults:`` section, a ``routes:`` key taken out of it with its own error: a
+    route is a part of one host, and the nearest section name would only mislead."""
+    defaults = data.get("defaults", {})
+    if isinstance(defaults, Mapping) and _ROUTES in defaults:
+        errors.add(
+            ("defaults", _ROUTES),
+            'routes belong under a host entry: hosts."HOST".routes."/path/*"',
+        )
+        defaults = {key: value for key, value in defaults.items() if key != _ROUTES}
+    return defaults
 
 
 _TOP_LEVEL: Final = tuple(field.name for field in msgspec.structs.fields(ConfigDocument))
@@ -186,26 +224,100 @@ def _rule(
     if not isinstance(entry, Mapping):
         errors.add(
             path,
-            f"expected a mapping of sections (retry, budget, ...), "
+            f"expected a mapping of sections (retry, budget, ...) and routes, "
             f"got {type(entry).__name__} {shown(entry)}",
         )
         return None
+    sections = {key: value for key, value in entry.items() if key != _ROUTES}
     before = len(errors)
-    check_struct(entry, HostPolicy, path, errors, relations=False)
-    if len(errors) > before or parsed is None:
+    check_struct(sections, HostPolicy, path, errors, relations=False)
+    merged = _merged(base, sections)
+    policy = None
+    if len(errors) == before and parsed is not None:
+        policy = check_struct(merged, HostPolicy, path, errors)
+    # A route is merged over its host's entry only when that is sound; else only the route's
+    # own keys are checked, so no error of the host's is reported again for each route.
+    routes = _routes(entry.get(_ROUTES, {}), merged if policy is not None else None, path, errors)
+    if policy is None or parsed is None or len(errors) > before:
         return None
+    host, port = parsed
+    wildcard = any(ch in host for ch in "*?[")
+    return _HostRule(
+        pattern=pattern, host=host, port=port, wildcard=wildcard, policy=policy, routes=routes
+    )
+
+
+_ROUTES: Final = "routes"
+
+
+def _merged(base: dict[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """*entry*'s sections over *base*, key by key within each section."""
     merged = dict(base)
     for section, values in entry.items():
         if isinstance(values, Mapping) and isinstance(base.get(section), dict):
             merged[section] = {**base[section], **values}
         else:
             merged[section] = values
-    policy = check_struct(merged, HostPolicy, path, errors)
-    if policy is None:
-        return None
-    host, port = parsed
-    wildcard = any(ch in host for ch in "*?[")
-    return _HostRule(pattern=pattern, host=host, port=port, wildcard=wildcard, policy=policy)
+    return merged
+
+
+def _routes(
+    routes: Any, host: dict[str, Any] | None, path: tuple[str, ...], errors: Errors
+) -> tuple[Route, ...]:
+    """A host entry's ``routes:``, each merged over *host* (the entry merged over the
+    defaults; None when that is in error: each route's own keys are checked, no more),
+    longest pattern first."""
+    path = (*path, _ROUTES)
+    if not isinstance(routes, Mapping):
+        errors.add(
+            path,
+            f"expected a mapping of path patterns to sections, "
+            f"got {type(routes).__name__} {shown(routes)}",
+        )
+        return ()
+    if len(routes) > MAX_ROUTES:
+        errors.add(path, f"at most {MAX_ROUTES} routes a host, got {len(routes)}")
+        return ()
+    found: list[Route] = []
+    for pattern, entry in routes.items():
+        if not _route_pattern_ok(pattern, path, errors):
+            continue
+        where = (*path, pattern)
+        if not isinstance(entry, Mapping):
+            errors.add(
+                where,
+                f"expected a mapping of sections (retry, budget, ...), "
+                f"got {type(entry).__name__} {shown(entry)}",
+            )
+            continue
+        before = len(errors)
+        check_struct(entry, HostPolicy, where, errors, relations=False)
+        if len(errors) > before or host is None:
+            continue
+        policy = check_struct(_merged(host, entry), HostPolicy, where, errors)
+        if policy is not None:
+            found.append(Route(pattern, policy))
+    return tuple(sorted(found, key=specificity))
+
+
+def _route_pattern_ok(pattern: Any, path: tuple[str, ...], errors: Errors) -> bool:
+    if not isinstance(pattern, str):
+        errors.add(
+            path,
+            f"a route pattern must be a string, got {type(pattern).__name__} {shown(pattern)}",
+        )
+        return False
+    if len(pattern) > MAX_ROUTE_LENGTH:
+        errors.add((*path, pattern), f"a route pattern is at most {MAX_ROUTE_LENGTH} characters")
+        return False
+    if not _ROUTE_CHARS.match(pattern):
+        errors.add(
+            (*path, pattern),
+            "bad route pattern: a path from its leading /, with shell-style wildcards "
+            "(*, ?, [...]), no scheme, host, query or spaces",
+        )
+        return False
+    return True
 
 
 def _parse_pattern(
@@ -239,4 +351,8 @@ def _parse_pattern(
     if not host or host.count("[") != host.count("]"):
         errors.add(path, "bad host pattern: unbalanced [ ]")
         return None
-    return host, port
+    # Matched on the host's canonical spelling, so a rule written "127.1" or "Api.test." is
+    # the rule of 127.0.0.1 or api.test, whichever way a URL spells them.
+    if any(ch in host for ch in "*?["):
+        return host.rstrip(".") or host, port
+    return canonical_host(host), port

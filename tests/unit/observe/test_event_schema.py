@@ -141,3 +141,31 @@ def test_schema_enums_are_the_code_enums(validator):
     reasons = [reason for pair in pairs for reason in pair["properties"]["reason"]["enum"]]
     # breaker_open is both a give-up (a try opened it) and a fail-fast (it refused the try).
     assert sorted(reasons) == sorted([*(reason.value for reason in Reason), "breaker_open"])
+
+
+def test_the_events_of_a_route_match_the_schema(validator, clock):
+    """A route's tries and its breaker's transitions carry its pattern, the host's carry null,
+    and both validate; an event without route, or with one that is no path, does not."""
+    stream = io.StringIO()
+    log_json_lines(stream)
+    config = {
+        "defaults": {"retry": {"max_attempts": 1}},
+        "hosts": {"svc.test": {"routes": {"/items/*": {"breaker": {"failure_threshold": 1}}}}},
+    }
+    session = ResilientSession(config, clock=clock)
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add(responses.GET, ITEMS, status=500)
+        mock.add(responses.GET, "http://svc.test/other", status=200)
+        assert session.get(BASE).status_code == 500
+        assert session.get("http://svc.test/other").status_code == 200
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["event"], e["route"]) for e in events] == [
+        ("breaker.transition", "/items/*"),
+        ("http.try", "/items/*"),
+        ("http.try", None),
+    ]
+    assert [error.message for e in events for error in validator.iter_errors(e)] == []
+    routed = events[1]
+    assert not validator.is_valid({key: v for key, v in routed.items() if key != "route"})
+    assert not validator.is_valid({**routed, "route": "items/*"})
+    assert not validator.is_valid({**events[0], "route": 3})

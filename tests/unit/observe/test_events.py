@@ -41,6 +41,7 @@ def test_one_event_per_try_with_every_field(harness, logs):
         "method": "GET",
         "url": "http://svc.test/items?token=REDACTED&x=1",
         "host": "http://svc.test:80",
+        "route": None,
         "attempt": 1,
         "status": 503,
         "error": None,

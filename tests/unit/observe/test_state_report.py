@@ -41,7 +41,7 @@ def test_with_no_hook_the_seam_logs_the_events_unchanged() -> None:
         EVENTS_ONLY.tell([change, _DEGRADED])
     assert logs == [
         {"event": "breaker.transition", "log_level": "warning", "host": "http://a:80",
-         "seq": 3, "from": "closed", "to": "open"},
+         "route": None, "seq": 3, "from": "closed", "to": "open"},
         {"event": "state.degraded", "log_level": "warning", "backend": "redis",
          "url": "redis://127.0.0.1:1/0", "error": "E"},
     ]  # fmt: skip

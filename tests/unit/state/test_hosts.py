@@ -205,6 +205,7 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
             "hedge_delay": 0.0,
             "state_backend": "memory",
             "state_degraded": False,
+            "route": None,
         }
     }
     assert list(as_json["http://svc.test:80"]) == _health_fields_in_docs()

@@ -25,7 +25,8 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         report(attempt, opened_to_probe)
     if permit is None:
         error = CircuitOpenError(
-            f"circuit breaker for {breaker.host} is open; the call was not sent",
+            f"circuit breaker for {breaker.host}{_of_route(breaker.route)} is open; "
+            "the call was not sent",
             request=attempt.request,
         )
         return Outcome(
@@ -82,3 +83,7 @@ def try_result(attempt: Attempt, outcome: Outcome) -> TryResult:
     if response is not None and response.status_code < 400:
         return _SUCCESS  # the table's first row, fixed whatever the tiers list
     return meaning_of(outcome, attempt.call.state.table).breaker
+
+
+def _of_route(route: str | None) -> str:
+    return "" if route is None else f" (route {route})"

@@ -31,7 +31,8 @@ def try_record(
         (
             call.method,
             redact_url(call.request.url or "", names),
-            call.state.key,
+            call.state.host,
+            call.state.route,
             attempt.number,
             outcome.status,
             type(error).__name__ if error is not None else None,

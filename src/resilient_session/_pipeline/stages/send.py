@@ -16,11 +16,13 @@ def tell_senders(attempt: Attempt, call_next: Next, /) -> Outcome:
     copy of the request, never on the caller's."""
     call = attempt.call
     runtime = call.runtime
+    state = call.state
     sending = TrySending(
         call.method,
         redact_url(call.request.url or "", runtime.redact),
-        call.state.key,
+        state.host,
         attempt.number,
+        state.route,
     )
     headers: list[tuple[str, str]] = []
     for sender in runtime.senders:

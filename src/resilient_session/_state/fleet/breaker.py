@@ -116,8 +116,9 @@ class FleetBreaker(CircuitBreaker):
         wake: Callable[[], None],
         hurry: Callable[[], None] | None = None,
         heed: Callable[[], None] | None = None,
+        route: str | None = None,
     ) -> None:
-        super().__init__(host, policy, clock, rng)
+        super().__init__(host, policy, clock, rng, route)
         self.heed = heed
         self._wake = wake
         # What an opening made here calls instead: the fleet hears of it without the gap

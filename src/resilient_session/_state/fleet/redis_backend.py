@@ -25,7 +25,7 @@ from typing import Any, Final
 from resilient_session._observe.hooks import BackendChange, StateChange
 from resilient_session._observe.redact import redact_store_url
 from resilient_session._observe.state_report import EVENTS_ONLY, StateReport
-from resilient_session._state.interface import Guards, Held, HostsNow
+from resilient_session._state.interface import Guards, Held, HostsNow, scope_key
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config.policy import HostPolicy, StatePolicy
 
@@ -193,17 +193,20 @@ class RedisBackend:
             self._roster.touch(key)
             self._wake.set()
 
-    def build(self, key: str, policy: HostPolicy) -> Guards:
+    def build(self, key: str, policy: HostPolicy, route: str | None = None) -> Guards:
         clock, rng = self._clock, self._rng
+        # A route's state is kept under keys of its own: the host key with the route after it.
+        kept = scope_key(key, route)
         return (
             FleetBreaker(
                 key,
                 policy.breaker,
                 clock,
                 rng,
-                functools.partial(self._touch, key),
-                functools.partial(self._hurry, key),
+                functools.partial(self._touch, kept),
+                functools.partial(self._hurry, kept),
                 self._inbox.heed,
+                route,
             ),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
@@ -333,24 +336,23 @@ class RedisBackend:
                 isolate(host)
             else:
                 corrected = take_in(host, batch, reply, self._noted.append)
-                if corrected and host.breaker.host not in self._corrected:
-                    self._report_corrected(host.breaker.host, corrected)
+                if corrected and host.key not in self._corrected:
+                    self._report_corrected(host, corrected)
         roster.read(reached)
         if not any(lost):
             self._restore()
 
-    def _report_corrected(self, key: str, corrected: int) -> None:
-        """One ``state.corrected`` per host and process: values under the prefix that no
-        worker's script writes, which someone else put there."""
+    def _report_corrected(self, host: SyncedHost, corrected: int) -> None:
+        """One ``state.corrected`` per host (or route) and process: values under the prefix
+        that no worker's script writes, which someone else put there."""
         if len(self._corrected) >= _MAX_CORRECTED_SHOWN:
             return
-        self._corrected.add(key)
+        self._corrected.add(host.key)
         names = ",".join(name for bit, name in _CORRECTED_NAMES if corrected & bit)
-        self._noted.append(
-            BackendChange(
-                "state.corrected", self.name, self._url_shown, (("host", key), ("fields", names))
-            )
-        )
+        breaker = host.breaker
+        route = () if breaker.route is None else (("route", breaker.route),)
+        detail = (("host", breaker.host), *route, ("fields", names))
+        self._noted.append(BackendChange("state.corrected", self.name, self._url_shown, detail))
 
     def _run_script(self, hosts: list[SyncedHost], batches: list[Batch]) -> list[Any]:
         """One call of the script per host: in one pipeline to one server, or one pipeline per
