@@ -162,3 +162,22 @@ def test_session_request_is_the_steps_resilient_session_runs_itself():
     ]
     for keyword in ("data or {}", "params or {}", "proxies or {}", '"allow_redirects"'):
         assert keyword in body
+
+
+def test_http_client_reads_a_status_line_and_skips_a_header_section():
+    """HTTPResponse._read_status reads one status line as (version, status, reason), and
+    _read_headers one header section up to its blank line: _transport/interim.py reads past
+    informational answers with them. A rename would hand every 103 to the caller again."""
+    import http.client
+    import io
+
+    class _Reading(http.client.HTTPResponse):
+        def __init__(self, wire: bytes) -> None:
+            self.fp = io.BufferedReader(io.BytesIO(wire))
+            self.debuglevel = 0
+
+    reading = _Reading(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert _compat.read_status_line(reading) == ("HTTP/1.1", 103, "Early Hints\r\n")
+    assert _compat.skip_header_section(reading.fp) == [b"Link: </a>\r\n", b"\r\n"]
+    assert _compat.read_status_line(reading)[1] == 200
+    assert "_read_status" in vars(http.client.HTTPResponse)
