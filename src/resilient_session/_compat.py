@@ -13,6 +13,7 @@ same test.
 from __future__ import annotations
 
 import http.client
+import io
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -83,6 +84,17 @@ def detached_socket(raw: Any) -> Any:
     its connection (a ``Connection: close`` response, as its headers end), or None."""
     socket_io = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
     return getattr(socket_io, "_sock", None)
+
+
+def body_reader(raw: Any) -> tuple[Any, Any] | None:
+    """The http.client response under a urllib3 response, and the buffered reader it takes
+    the body from (its ``fp``, head already read), or None when there is none (a body urllib3
+    was handed as a file, or one already closed)."""
+    inner = getattr(raw, "_fp", None)
+    reader = getattr(inner, "fp", None)
+    if not isinstance(reader, io.BufferedReader):
+        return None
+    return inner, reader
 
 
 def pool_settings(adapter: HTTPAdapter) -> tuple[int, int, bool]:
