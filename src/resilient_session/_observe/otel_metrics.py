@@ -1,18 +1,31 @@
 """The OpenTelemetry instruments, made once per meter provider: the try duration histogram,
-the refused-try counter and the per-host gauges, which read each watched registry's health."""
+the refused-try counter and the per-host gauges, which read each watched registry's health.
+
+The SDK calls each gauge's callback in turn on every collection; the five share one reading
+of the registries (one ``health()`` walk a collection, not five): the first gauge a collection
+calls takes it, and each other gauge uses it once. Nothing is locked while the hosts are
+walked, so calls never wait for a collection.
+"""
 
 from __future__ import annotations
 
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
+
+from resilient_session.clock import SYSTEM_CLOCK
 
 SCOPE = "resilient_session"
 # What a registry hands over for the gauges: its bound health(), held weakly.
 HealthSource = Callable[[], Mapping[str, Any]]
 # Closed 0, open 1, half-open 2, as resilience4j's state gauge numbers them.
 _BREAKER_NUMBERS = {"closed": 0, "open": 1, "half_open": 2}
+# The SDK's default time for a whole collection: a reading older than that belongs to an
+# earlier one, even should a gauge have been skipped since (a disabled instrument).
+_READING_AGE: Final = 10.0
+# One host's gauge attributes and its five values, in _GAUGES' order (None: no point).
+_Row = tuple[dict[str, Any], tuple[float | None, ...]]
 
 # (name, unit, description, the value read from a host's health)
 _GAUGES: tuple[tuple[str, str, str, Callable[[Any], float | None]], ...] = (
@@ -64,9 +77,13 @@ class Instruments:
         )
         self._sources: list[weakref.WeakMethod[Any]] = []
         self._lock = threading.Lock()
-        for name, unit, description, read in _GAUGES:
+        # The latest reading, when it was taken, and the gauges that have not used it yet.
+        self._rows: list[_Row] = []
+        self._read_at = 0.0
+        self._unread: set[int] = set()
+        for index, (name, unit, description, _read) in enumerate(_GAUGES):
             meter.create_observable_gauge(
-                name, callbacks=[self._callback(read)], unit=unit, description=description
+                name, callbacks=[self._callback(index)], unit=unit, description=description
             )
 
     def watch(self, health: HealthSource) -> None:
@@ -74,21 +91,48 @@ class Instruments:
             self._sources = [s for s in self._sources if s() is not None]
             self._sources.append(weakref.WeakMethod(health))
 
-    def _callback(self, read: Callable[[Any], float | None]) -> Callable[[Any], Iterable[Any]]:
+    def _callback(self, gauge: int) -> Callable[[Any], Iterable[Any]]:
         from opentelemetry.metrics import Observation
 
         def observe(_options: Any) -> Iterable[Any]:
-            with self._lock:
-                sources = list(self._sources)
-            for snapshot in live(sources):
-                for host, health in snapshot.items():
-                    value = read(health)
-                    if value is None:
-                        continue
-                    address, port = server_of(host)
-                    yield Observation(value, {"server.address": address, "server.port": port})
+            for attributes, values in self._reading_for(gauge):
+                value = values[gauge]
+                if value is not None:
+                    yield Observation(value, attributes)
 
         return observe
+
+    def _reading_for(self, gauge: int) -> list[_Row]:
+        """The rows of this collection's reading for *gauge*: the one another gauge took, if
+        *gauge* has not used it yet, else a new one (*gauge* is the first of a collection)."""
+        now = SYSTEM_CLOCK.monotonic()
+        with self._lock:
+            if gauge in self._unread and now - self._read_at <= _READING_AGE:
+                rows = self._rows
+                self._unread.discard(gauge)
+                if not self._unread:
+                    self._rows = []  # every gauge has it: hold no reading between collections
+                return rows
+            sources = list(self._sources)
+        rows = _read(sources)  # unlocked: the walk takes each guard's lock on its own
+        with self._lock:
+            self._rows = rows
+            self._read_at = now
+            self._unread = set(range(len(_GAUGES)))
+            self._unread.discard(gauge)
+        return rows
+
+
+def _read(sources: Iterable[weakref.WeakMethod[Any]]) -> list[_Row]:
+    """One walk over the hosts of every live registry among *sources*: each host's attributes,
+    made once for the five gauges, and its five values."""
+    rows = []
+    for snapshot in live(sources):
+        for host, health in snapshot.items():
+            address, port = server_of(host)
+            values = tuple(read(health) for _name, _unit, _description, read in _GAUGES)
+            rows.append(({"server.address": address, "server.port": port}, values))
+    return rows
 
 
 _made: weakref.WeakKeyDictionary[Any, Instruments] = weakref.WeakKeyDictionary()
