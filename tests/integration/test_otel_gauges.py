@@ -110,6 +110,26 @@ def test_one_collection_reads_each_host_once(reader, reads):
     assert len(registry) == HOSTS
 
 
+def test_a_collection_hands_the_interpreter_over_every_hundred_hosts(reader, monkeypatch):
+    """10,000 hosts: the walk and each gauge's points let a waiting thread run every 100
+    hosts, so a call never waits the 5 ms switch interval for a whole collection: at least
+    600 hand-overs (100 for the walk, 100 for each of five gauges), and nothing else sleeps."""
+    import resilient_session._observe.otel_metrics as otel_metrics
+
+    registry = _registry(reader)
+    handed: list[None] = []
+    monkeypatch.setattr(otel_metrics, "let_others_run", lambda: handed.append(None))
+    sleeps: list[float] = []
+    monkeypatch.setattr("time.sleep", sleeps.append)
+
+    points = _points(reader)
+
+    assert len(handed) >= 6 * HOSTS // 100
+    assert sleeps == []
+    assert {name: len(values) for name, values in points.items()} == dict.fromkeys(GAUGES, HOSTS)
+    assert len(registry) == HOSTS
+
+
 def test_each_collection_reads_the_hosts_afresh(reader, reads):
     """A breaker opened between two collections shows as open in the second, which took a
     walk of its own: the first collection's reading is never served again."""

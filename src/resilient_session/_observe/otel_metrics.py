@@ -4,7 +4,10 @@ the refused-try counter and the per-host gauges, which read each watched registr
 The SDK calls each gauge's callback in turn on every collection; the five share one reading
 of the registries (one ``health()`` walk a collection, not five): the first gauge a collection
 calls takes it, and each other gauge uses it once. Nothing is locked while the hosts are
-walked, so calls never wait for a collection.
+walked, and every hundred hosts the collection hands the interpreter to any thread waiting
+for it, so calls never wait for a collection: with 10,000 hosts a collection is seconds of
+Python work, and a call that needs the GIL back after each socket read would otherwise wait
+the switch interval (5 ms) each time.
 """
 
 from __future__ import annotations
@@ -14,16 +17,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from resilient_session.clock import SYSTEM_CLOCK
+from resilient_session.clock import let_others_run
 
 SCOPE = "resilient_session"
 # What a registry hands over for the gauges: its bound health(), held weakly.
 HealthSource = Callable[[], Mapping[str, Any]]
 # Closed 0, open 1, half-open 2, as resilience4j's state gauge numbers them.
 _BREAKER_NUMBERS = {"closed": 0, "open": 1, "half_open": 2}
-# The SDK's default time for a whole collection: a reading older than that belongs to an
-# earlier one, even should a gauge have been skipped since (a disabled instrument).
-_READING_AGE: Final = 10.0
+# Hosts read or observed between two hand-overs of the interpreter: about a millisecond.
+_PIECE: Final = 100
 # One host's gauge attributes and its five values, in _GAUGES' order (None: no point).
 _Row = tuple[dict[str, Any], tuple[float | None, ...]]
 
@@ -77,9 +79,8 @@ class Instruments:
         )
         self._sources: list[weakref.WeakMethod[Any]] = []
         self._lock = threading.Lock()
-        # The latest reading, when it was taken, and the gauges that have not used it yet.
+        # The latest reading, and the gauges that have not used it yet.
         self._rows: list[_Row] = []
-        self._read_at = 0.0
         self._unread: set[int] = set()
         for index, (name, unit, description, _read) in enumerate(_GAUGES):
             meter.create_observable_gauge(
@@ -95,19 +96,27 @@ class Instruments:
         from opentelemetry.metrics import Observation
 
         def observe(_options: Any) -> Iterable[Any]:
-            for attributes, values in self._reading_for(gauge):
+            # A generator: the SDK takes in each point as it comes, so the hand-overs fall
+            # between pieces of its work too.
+            for count, (attributes, values) in enumerate(self._reading_for(gauge), 1):
                 value = values[gauge]
                 if value is not None:
                     yield Observation(value, attributes)
+                if not count % _PIECE:
+                    let_others_run()
 
         return observe
 
     def _reading_for(self, gauge: int) -> list[_Row]:
         """The rows of this collection's reading for *gauge*: the one another gauge took, if
-        *gauge* has not used it yet, else a new one (*gauge* is the first of a collection)."""
-        now = SYSTEM_CLOCK.monotonic()
+        *gauge* has not used it yet, else a new one (*gauge* is the first of a collection).
+
+        The SDK calls the five gauges of the one meter together, in the order they were
+        made, on every collection: the first always finds it has used the latest reading
+        and takes a new one, so no reading serves two collections.
+        """
         with self._lock:
-            if gauge in self._unread and now - self._read_at <= _READING_AGE:
+            if gauge in self._unread:
                 rows = self._rows
                 self._unread.discard(gauge)
                 if not self._unread:
@@ -117,7 +126,6 @@ class Instruments:
         rows = _read(sources)  # unlocked: the walk takes each guard's lock on its own
         with self._lock:
             self._rows = rows
-            self._read_at = now
             self._unread = set(range(len(_GAUGES)))
             self._unread.discard(gauge)
         return rows
@@ -128,10 +136,13 @@ def _read(sources: Iterable[weakref.WeakMethod[Any]]) -> list[_Row]:
     made once for the five gauges, and its five values."""
     rows = []
     for snapshot in live(sources):
+        let_others_run()  # each health() is one piece: about 10 µs a host
         for host, health in snapshot.items():
             address, port = server_of(host)
             values = tuple(read(health) for _name, _unit, _description, read in _GAUGES)
             rows.append(({"server.address": address, "server.port": port}, values))
+            if not len(rows) % _PIECE:
+                let_others_run()
     return rows
 
 
