@@ -1,15 +1,19 @@
-"""Every private attribute of requests and urllib3 the library reads or writes, in one place.
+"""Every private attribute of requests, urllib3 and http.client the library reads or writes, in
+one place.
 
 Each is a fact about the versions installed, not a promise of theirs: tests/unit/
-test_compat.py checks every one against the installed requests and urllib3, so the upgrade
-that removes or renames one fails there, by name, and not in the middle of a call. urllib3's
-private connection hooks that ``_transport/watched.py`` overrides (``_new_conn``,
-``_validate_conn``), and the response's ``_raw_read`` that ``_transport/cap.py`` overrides, are
-pinned by the same test.
+test_compat.py checks every one against the installed requests, urllib3 and Python, so the
+upgrade that removes or renames one fails there, by name, and not in the middle of a call.
+urllib3's private connection hooks that ``_transport/watched.py`` overrides (``_new_conn``,
+``_validate_conn``), the response's ``_raw_read`` that ``_transport/cap.py`` overrides, and
+http.client's ``_read_status`` that ``_transport/interim.py`` overrides, are pinned by the
+same test.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -24,6 +28,14 @@ from urllib3.util import Timeout as Urllib3Timeout
 HeaderStore = OrderedDict[str, tuple[str, str]]
 
 _new_object = object.__new__
+
+# http.client's reading of one status line, as ``(version, status, reason)``, which
+# ``_transport/interim.py`` overrides; and of one header section, the one it skips after
+# ``100 Continue`` (Python 3.10 on).
+read_status_line: Callable[[http.client.HTTPResponse], tuple[str, int, str]] = (
+    http.client.HTTPResponse._read_status  # type: ignore[attr-defined]
+)
+skip_header_section: Callable[[Any], list[bytes]] = http.client._read_headers  # type: ignore[attr-defined]
 
 
 # The map behind a CaseInsensitiveDict: folded name -> (name as given, value), requests 2.0
@@ -72,6 +84,17 @@ def detached_socket(raw: Any) -> Any:
     its connection (a ``Connection: close`` response, as its headers end), or None."""
     socket_io = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
     return getattr(socket_io, "_sock", None)
+
+
+def body_reader(raw: Any) -> tuple[Any, Any] | None:
+    """The http.client response under a urllib3 response, and the buffered reader it takes
+    the body from (its ``fp``, head already read), or None when there is none (a body urllib3
+    was handed as a file, or one already closed)."""
+    inner = getattr(raw, "_fp", None)
+    reader = getattr(inner, "fp", None)
+    if not isinstance(reader, io.BufferedReader):
+        return None
+    return inner, reader
 
 
 def pool_settings(adapter: HTTPAdapter) -> tuple[int, int, bool]:

@@ -47,6 +47,17 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
+def let_others_run() -> None:
+    """Hand the interpreter to a thread waiting for it, if there is one, and carry on.
+
+    CPython makes a thread that waits for the GIL wait the switch interval (5 ms) before it
+    asks the running one to give it up; a thread that runs long Python work in the
+    background calls this between pieces of it, so a call that needs the GIL back after each
+    socket read does not wait 5 ms each time. Not a wait: ``testing.fast()`` leaves it be.
+    """
+    time.sleep(0)  # noqa: TID251 - sleeping no time releases the GIL to a waiting thread
+
+
 # Set by resilient_session.testing.fast() while it is on.
 _fixed_seed: int | None = None
 

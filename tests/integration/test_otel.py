@@ -426,3 +426,84 @@ def test_a_routes_spans_metrics_and_gauges_carry_the_route(otel: Otel) -> None:
             )
             for p in gauges
         ) == [("127.0.0.1", port, "", 0), ("127.0.0.1", port, "/bad/*", 1)]
+
+
+KNOWN = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH")
+
+
+def _methods_and_names(spans: Sequence[ReadableSpan]) -> list[tuple[str, Any, Any]]:
+    return [
+        (
+            s.name,
+            (s.attributes or {}).get("http.request.method"),
+            (s.attributes or {}).get("http.request.method_original"),
+        )
+        for s in spans
+    ]
+
+
+def test_known_methods_name_their_spans_as_they_are(otel: Otel) -> None:
+    """GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH: the span name and
+    http.request.method are the method, with no http.request.method_original."""
+    with FlakyUpstream() as up, otel.session() as session:
+        for method in KNOWN:
+            session.request(method, up.url("/m"))
+    spans = otel.finished()
+    assert _methods_and_names(spans) == [(method, method, None) for method in KNOWN]
+    durations = otel.points("http.client.request.duration")
+    assert sorted(p.attributes["http.request.method"] for p in durations) == sorted(KNOWN)
+
+
+def test_300_other_methods_are_one_series_and_spans_named_http(otel: Otel) -> None:
+    """300 methods of the caller's own: each span is named HTTP with http.request.method
+    _OTHER and the method sent in http.request.method_original; the duration histogram has
+    one series for all of them, beside GET's."""
+    others = [f"X-VERB-{index}" for index in range(300)]
+    # 300 answers of 501 in a row: no breaker opening or throttling between them.
+    config = {"defaults": {"breaker": {"failure_threshold": 1000}, "throttle": {"enabled": False}}}
+    with FlakyUpstream() as up, otel.session(config) as session:
+        statuses = [session.request(method, up.url("/m")).status_code for method in others]
+        assert session.get(up.url("/m")).status_code == 200
+    assert statuses == [501] * 300  # each sent once: the upstream knows none, and says so
+    spans = otel.finished()
+    assert _methods_and_names(spans) == [
+        *(("HTTP", "_OTHER", method) for method in others),
+        ("GET", "GET", None),
+    ]
+    durations = otel.points("http.client.request.duration")
+    series = sorted((p.attributes["http.request.method"], p.count) for p in durations)
+    assert series == [("GET", 1), ("_OTHER", 300)]
+    assert not any("http.request.method_original" in p.attributes for p in durations)
+
+
+def test_a_refused_try_of_another_method_is_told_as_other(otel: Otel) -> None:
+    """A try of the caller's own method refused by the breaker a 501 opened: its event on the
+    call's span carries _OTHER and the method sent."""
+    config = {"defaults": {"breaker": {"failure_threshold": 1}, "retry": {"max_attempts": 1}}}
+    with FlakyUpstream() as up, otel.session(config) as session:
+        assert session.request("PURGE", up.url("/down")).status_code == 501
+        with otel.tracer.start_as_current_span("parent"), pytest.raises(CircuitOpenError):
+            session.request("PURGE", up.url("/down"))
+    spans = otel.finished()
+    assert _methods_and_names(spans) == [("HTTP", "_OTHER", "PURGE"), ("parent", None, None)]
+    (event,) = spans[1].events
+    assert (
+        dict(event.attributes or {})["http.request.method"],
+        dict(event.attributes or {})["http.request.method_original"],
+    ) == ("_OTHER", "PURGE")
+
+
+def test_the_known_methods_can_be_replaced_from_the_environment(
+    otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS replaces the list, as the conventions ask: with
+    "PURGE,GET", PURGE is a method as it is and POST is _OTHER."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS", "PURGE, GET")
+    with FlakyUpstream() as up, otel.session() as session:
+        for method in ("PURGE", "GET", "POST"):
+            session.request(method, up.url("/m"))
+    assert _methods_and_names(otel.finished()) == [
+        ("PURGE", "PURGE", None),
+        ("GET", "GET", None),
+        ("HTTP", "_OTHER", "POST"),
+    ]

@@ -162,3 +162,47 @@ def test_session_request_is_the_steps_resilient_session_runs_itself():
     ]
     for keyword in ("data or {}", "params or {}", "proxies or {}", '"allow_redirects"'):
         assert keyword in body
+
+
+def test_http_client_reads_a_status_line_and_skips_a_header_section():
+    """HTTPResponse._read_status reads one status line as (version, status, reason), and
+    _read_headers one header section up to its blank line: _transport/interim.py reads past
+    informational answers with them. A rename would hand every 103 to the caller again."""
+    import http.client
+    import io
+
+    class _Reading(http.client.HTTPResponse):
+        def __init__(self, wire: bytes) -> None:
+            self.fp = io.BufferedReader(io.BytesIO(wire))
+            self.debuglevel = 0
+
+    reading = _Reading(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert _compat.read_status_line(reading) == ("HTTP/1.1", 103, "Early Hints\r\n")
+    assert _compat.skip_header_section(reading.fp) == [b"Link: </a>\r\n", b"\r\n"]
+    assert _compat.read_status_line(reading)[1] == 200
+    assert "_read_status" in vars(http.client.HTTPResponse)
+
+
+def test_a_urllib3_response_reads_its_body_through_http_clients_buffered_reader():
+    """HTTPResponse keeps http.client's response as _fp, which takes the body from its
+    buffered reader fp: _transport/cap.py counts the chunked framing there. A response urllib3
+    was handed a file has none."""
+    import http.client
+    import io
+    import socket
+
+    from urllib3.response import HTTPResponse
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        inner = http.client.HTTPResponse(ours, method="GET")
+        inner.begin()
+        raw = HTTPResponse(body=inner, preload_content=False)
+        held = _compat.body_reader(raw)
+        assert held is not None
+        assert held[0] is inner
+        assert isinstance(held[1], io.BufferedReader)
+        assert held[1].peek(2)[:2] == b"ok"
+        assert raw.read() == b"ok"
+    assert _compat.body_reader(HTTPResponse(body=io.BytesIO(b"ok"), preload_content=False)) is None

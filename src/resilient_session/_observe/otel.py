@@ -8,10 +8,11 @@ registry gets no emitter and its tries pay nothing.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 from .hooks import TryRecord, TrySending
 from .otel_metrics import (
@@ -32,6 +33,24 @@ GUARDS = {
     # A hedge that reached its race after another try had answered: never sent.
     "hedge_lost": "hedge",
 }
+
+
+# The HTTP semantic conventions' known methods: RFC 9110's and PATCH (RFC 5789). Any other is
+# _OTHER in http.request.method and HTTP in the span name, so a caller's own methods make one
+# metric series and one span name, not one each.
+KNOWN_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+# The conventions' name for the variable that replaces the list (case-sensitive methods, comma
+# separated; the list given is the whole list, not an addition to the default).
+KNOWN_METHODS_VARIABLE: Final = "OTEL_INSTRUMENTATION_HTTP_KNOWN_METHODS"
+
+
+def known_methods(environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """The methods told as they are: KNOWN_METHODS, or the list *environ* sets instead."""
+    given = environ.get(KNOWN_METHODS_VARIABLE, "")
+    listed = frozenset(method.strip() for method in given.split(",") if method.strip())
+    return listed or KNOWN_METHODS
 
 
 def _is_api_default(provider: object) -> bool:
@@ -71,6 +90,11 @@ class OpenTelemetryHook:
         self._tracer = tracer_provider.get_tracer(SCOPE)
         self._instruments = instruments_for(meter_provider)
         self._local = threading.local()
+        # Read once, as the SDK reads its own variables when it is set up.
+        self._known = known_methods()
+
+    def _method(self, method: str) -> str:
+        return method if method in self._known else "_OTHER"
 
     def watch(self, health: HealthSource) -> None:
         """Report the per-host gauges of the registry behind *health* (held weakly by it)."""
@@ -81,17 +105,22 @@ class OpenTelemetryHook:
         from opentelemetry.trace import SpanKind, set_span_in_context
 
         address, port = server_of(sending.host)
+        method = self._method(sending.method)
         attributes: dict[str, Any] = {
-            "http.request.method": sending.method,
+            "http.request.method": method,
             "url.full": sending.url,
             "server.address": address,
             "server.port": port,
         }
         if sending.route is not None:
             attributes[ROUTE_ATTRIBUTE] = sending.route
+        if method == "_OTHER":
+            attributes["http.request.method_original"] = sending.method
         if sending.attempt > 1:
             attributes["http.request.resend_count"] = sending.attempt - 1
-        span = self._tracer.start_span(sending.method, kind=SpanKind.CLIENT, attributes=attributes)
+        # HTTP semantic conventions, "Name": an unknown method names its span HTTP.
+        name = "HTTP" if method == "_OTHER" else method
+        span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         self._local.pending = (span, time.perf_counter())
         carrier: dict[str, str] = {}
         # The configured propagator, with this try's span as the context it names.
@@ -109,8 +138,9 @@ class OpenTelemetryHook:
             return
         span, sent_at = pending
         duration = time.perf_counter() - sent_at
+        # The histogram's attributes too: the method sent stays on the span alone.
         attributes: dict[str, Any] = {
-            "http.request.method": record.method,
+            "http.request.method": self._method(record.method),
             **attributes_of(address, port, record.route),
         }
         if record.status is not None:
@@ -145,16 +175,17 @@ class OpenTelemetryHook:
         # The try sent nothing, so it is no client span: an event on the call's own span.
         span = trace.get_current_span()
         if span.is_recording():
-            span.add_event(
-                "resilient_session.try_refused",
-                {
-                    "resilient_session.guard": guard,
-                    "resilient_session.reason": record.reason,
-                    "resilient_session.attempt": record.attempt,
-                    "http.request.method": record.method,
-                    **where,
-                },
-            )
+            method = self._method(record.method)
+            attributes: dict[str, Any] = {
+                "resilient_session.guard": guard,
+                "resilient_session.reason": record.reason,
+                "resilient_session.attempt": record.attempt,
+                "http.request.method": method,
+                **where,
+            }
+            if method == "_OTHER":
+                attributes["http.request.method_original"] = record.method
+            span.add_event("resilient_session.try_refused", attributes)
 
 
 def emitter_for(health: HealthSource) -> OpenTelemetryHook | None:

@@ -8,62 +8,59 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote_plus
 
-SENSITIVE_PARAMS = frozenset(
-    {
-        "token",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "api_key",
-        "apikey",
-        "key",
-        "password",
-        "passwd",
-        "secret",
-        "client_secret",
-        "signature",
-        "sig",
-        "code",
-        "auth",
-        # Pre-signed cloud storage URLs carry their credentials in the query.
-        "x-amz-signature",
-        "x-amz-security-token",
-        "x-amz-credential",
-        "x-goog-signature",
-        "x-goog-credential",
-        "access-token",
-        "api-key",
-        "private_token",
-        "auth_token",
-        "jwt",
-        "session",
-        "sessionid",
-        # Servlet containers put the session id in a path parameter (/p;jsessionid=...).
-        "jsessionid",
-        "pwd",
-        "pass",
-        "bearer",
-        "authorization",
-        "client_assertion",
-        "credential",
-        "x-api-key",
-        "access_key",
-        "secret_key",
-        # OAuth 1.0a may send its protocol parameters in the query (RFC 5849 §3.5.3).
-        "oauth_token",
-        "oauth_signature",
-        # camelCase spellings, matched case-blind as all names are.
-        "accesstoken",
-        "authtoken",
-        "sessiontoken",
-        # PHP's and ASP.NET's session cookies, when a framework puts them in the URL.
-        "phpsessid",
-        "asp.net_sessionid",
-        "otp",
-        # A CAS service ticket (?ticket=ST-...) logs its holder in until it is first used.
-        "ticket",
-        "csrf_token",
-    }
+# As commonly spelt; held in one spelling (see fold_name), so access-token is access_token.
+_BUILT_IN = (
+    "token",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "api_key",
+    "apikey",
+    "key",
+    "password",
+    "passwd",
+    "secret",
+    "client_secret",
+    "signature",
+    "sig",
+    "code",
+    "auth",
+    # Pre-signed cloud storage URLs carry their credentials in the query.
+    "x-amz-signature",
+    "x-amz-security-token",
+    "x-amz-credential",
+    "x-goog-signature",
+    "x-goog-credential",
+    "private_token",
+    "auth_token",
+    "jwt",
+    "session",
+    "sessionid",
+    # Servlet containers put the session id in a path parameter (/p;jsessionid=...).
+    "jsessionid",
+    "pwd",
+    "pass",
+    "bearer",
+    "authorization",
+    "client_assertion",
+    "credential",
+    "x-api-key",
+    "access_key",
+    "secret_key",
+    # OAuth 1.0a may send its protocol parameters in the query (RFC 5849 §3.5.3).
+    "oauth_token",
+    "oauth_signature",
+    # camelCase spellings, matched case-blind as all names are.
+    "accesstoken",
+    "authtoken",
+    "sessiontoken",
+    # PHP's and ASP.NET's session cookies, when a framework puts them in the URL.
+    "phpsessid",
+    "asp.net_sessionid",
+    "otp",
+    # A CAS service ticket (?ticket=ST-...) logs its holder in until it is first used.
+    "ticket",
+    "csrf_token",
 )
 
 REDACTED = "REDACTED"
@@ -74,17 +71,29 @@ _PAIRS = re.compile(r"([&;])")
 _NAME_PARTS = re.compile(r"[\[\]]")
 
 
+def fold_name(name: str) -> str:
+    """*name* as names are compared: whitespace around it and case aside, ``-`` and ``_``
+    alike (``Access-Key`` and ``access_key`` are one name)."""
+    return name.strip().lower().replace("-", "_")
+
+
+SENSITIVE_PARAMS = frozenset(fold_name(name) for name in _BUILT_IN)
+
+
 def sensitive_names(extra: Iterable[str] = ()) -> frozenset[str]:
-    """The built-in names plus *extra*, lower-cased, ready for :func:`redact_url`."""
-    return SENSITIVE_PARAMS | {name.lower() for name in extra}
+    """The built-in names plus *extra*, folded (:func:`fold_name`), ready for
+    :func:`redact_url`."""
+    return SENSITIVE_PARAMS | {fold_name(name) for name in extra}
 
 
 def redact_url(url: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
     """*url* without userinfo or fragment, and with the values of sensitive parameters hidden.
 
     A parameter is sensitive when its name, or any bracketed part of an array-style name
-    (``token[]``, ``user[password]``), is one of *names*, whatever its case; query parameters
-    split on ``&`` or ``;``, and path parameters (``/p;jsessionid=...``) are covered too.
+    (``token[]``, ``user[password]``), is one of *names* (folded, as :func:`sensitive_names`
+    gives them), whatever its case and whichever of ``-`` and ``_`` it is spelt with; query
+    parameters split on ``&`` or ``;``, and path parameters (``/p;jsessionid=...``) are
+    covered too.
     Non-sensitive parameters keep their original encoding, so the logged URL still matches
     what went on the wire. Never raises, even for a URL that does not parse.
     """
@@ -149,14 +158,14 @@ def redact_text(text: str, names: frozenset[str] = SENSITIVE_PARAMS) -> str:
 
 
 def is_sensitive(name: str, names: frozenset[str] = SENSITIVE_PARAMS) -> bool:
-    """True when parameter *name* (as sent, percent-encoded or not) is one of *names*, or an
-    array-style name with one of them as its base or a bracketed part."""
+    """True when parameter *name* (as sent, percent-encoded or not), folded, is one of *names*,
+    or an array-style name with one of them as its base or a bracketed part."""
     decoded = unquote_plus(name)
-    if decoded.strip().lower() in names:
+    if fold_name(decoded) in names:
         return True
     if "[" not in decoded and "]" not in decoded:
         return False
-    return any(part.strip().lower() in names for part in _NAME_PARTS.split(decoded))
+    return any(fold_name(part) in names for part in _NAME_PARTS.split(decoded))
 
 
 def _redact_reference(url: str, names: frozenset[str], *, absolute: bool) -> str:
@@ -223,16 +232,24 @@ def _name_pattern(names: frozenset[str]) -> re.Pattern[str]:
     trie: dict[str, dict[str, Any]] = {}
     for name in names:
         node = trie
-        for char in name:
+        for char in fold_name(name):
             node = node.setdefault(char, {})
         node[""] = {}
     return re.compile(rf"(?:^|[&;\[\]])\s*{_alternation(trie)}\s*(?:[=&;\[\]]|$)", re.IGNORECASE)
 
 
+# A folded name's '_' stands for '-' as well.
+_CHAR = {"_": "[-_]"}
+
+
 def _alternation(trie: dict[str, Any]) -> str:
     # The names with shared prefixes factored out (a(?:pi(?:_key|key)|uth)...): after each
     # separator the search tries a few letters instead of all 47 names one after another.
-    branches = [re.escape(char) + _alternation(rest) for char, rest in sorted(trie.items()) if char]
+    branches = [
+        _CHAR.get(char, re.escape(char)) + _alternation(rest)
+        for char, rest in sorted(trie.items())
+        if char
+    ]
     if "" in trie:  # a name ends here; backtracking still tries the longer ones first
         return f"(?:{'|'.join(branches)})?" if branches else ""
     return branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"

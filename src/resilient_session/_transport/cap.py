@@ -14,6 +14,11 @@ Two counts are held to the cap, and the first to pass it ends the read:
   empty deflate blocks, stops there too, and a ``Content-Length`` over the cap fails before
   the body is read.
 
+A third count, every byte http.client takes for the body (chunk sizes, chunk extensions,
+CRLFs and the trailer beside the body itself), is held to :func:`wire_limit`: a body of a few
+bytes inside endless framing (an endless trailer, kilobytes of extension to every one-byte
+chunk) otherwise reads for as long as the upstream sends.
+
 Every read of the body goes through ``_raw_read``: chunked bodies included, since this class
 has urllib3 de-chunk them through http.client's ``read`` rather than its own
 ``read_chunked``, which takes chunks off the socket where no cap can see them.
@@ -23,17 +28,27 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator
-from typing import Final, NoReturn, cast
+from typing import Any, Final, NoReturn, cast
 
 import requests
 from urllib3.response import HTTPResponse
 
+from resilient_session._compat import body_reader
 from resilient_session._observe.redact import redact_url
 from resilient_session.config import Config
 from resilient_session.errors import ResponseTooLarge
 
 # How much a read of "the rest" asks for at a time: the body is never decoded in one piece.
 _PIECE: Final = 64 * 1024
+# What framing may take beyond as many bytes as the body: a body at the cap sent in chunks of
+# 8 bytes or more (5 bytes of framing each), with a trailer, fits.
+_FRAMING_ALLOWANCE: Final = 64 * 1024
+
+
+def wire_limit(cap: int) -> int:
+    """The most bytes a body capped at *cap* may take off the wire, its chunked framing
+    (chunk sizes, extensions, CRLFs, trailer) included: twice the cap, and 64 KiB."""
+    return 2 * cap + _FRAMING_ALLOWANCE
 
 
 def caps_any(config: Config) -> bool:
@@ -54,6 +69,10 @@ def limit_body(response: requests.Response, cap: int, names: frozenset[str]) -> 
     if type(raw) is not HTTPResponse:
         return
     capped = CappedResponse.adopt(raw, cap, response, names)
+    held = body_reader(raw)
+    if held is not None:
+        inner, reader = held
+        inner.fp = _CountingReader(reader, wire_limit(cap))
     declared = raw.length_remaining
     if declared is not None and declared > cap:
         capped.refuse(declared)
@@ -91,7 +110,11 @@ class CappedResponse(HTTPResponse):
     def _raw_read(self, amt: int | None = None, *, read1: bool = False) -> bytes:
         # Up to the cap, then one byte: what tells a body of exactly the cap from a longer one.
         room = self._cap - self.tell() or 1
-        data = super()._raw_read(room if amt is None or amt > room else amt, read1=read1)
+        try:
+            data = super()._raw_read(room if amt is None or amt > room else amt, read1=read1)
+        except _WireOverLimit:
+            # Raised inside http.client's read: urllib3 has closed the connection already.
+            self.refuse(framing=True)
         if self.tell() > self._cap:
             self.refuse()
         return data
@@ -147,9 +170,10 @@ class CappedResponse(HTTPResponse):
             self.refuse()
         return data
 
-    def refuse(self, declared: int | None = None) -> NoReturn:
+    def refuse(self, declared: int | None = None, *, framing: bool = False) -> NoReturn:
         """Close the connection and raise ResponseTooLarge, now and on every read after;
-        *declared* is the ``Content-Length`` that was over the cap, if that was why."""
+        *declared* is the ``Content-Length`` that was over the cap, if that was why, and
+        *framing* says the body with its framing passed the wire limit."""
         if not self._over:
             self._over = True
             # urllib3's own clean-up of a read that broke: the connection is closed, and
@@ -159,11 +183,61 @@ class CappedResponse(HTTPResponse):
         owner = self._owner()
         status = owner.status_code if owner is not None else self.status
         url = redact_url(owner.url or "", self._names) if owner is not None else ""
-        size = "is longer" if declared is None else f"declares {declared} bytes, more"
+        cap = f"retry.max_response_bytes ({self._cap} bytes)"
+        if framing:
+            message = (
+                f"the body of {status} from {url}, with its chunked framing, is longer than "
+                f"{wire_limit(self._cap)} bytes: twice {cap}, and 64 KiB"
+            )
+        elif declared is None:
+            message = f"the body of {status} from {url} is longer than {cap}"
+        else:
+            message = f"the body of {status} from {url} declares {declared} bytes, more than {cap}"
         raise ResponseTooLarge(
-            f"the body of {status} from {url} {size} than retry.max_response_bytes "
-            f"({self._cap} bytes)",
+            message,
             limit=self._cap,
             response=owner,
             request=owner.request if owner is not None else None,
         )
+
+
+class _WireOverLimit(Exception):
+    """Raised inside http.client's read once the bytes it took for a body pass the wire limit;
+    never a ValueError or an OSError, which http.client and urllib3 would take for a broken
+    chunk or a broken connection."""
+
+
+class _CountingReader:
+    """The buffered reader http.client takes a capped body from, counting every byte it hands
+    out, framing and body alike; everything else is the reader's own."""
+
+    __slots__ = ("_left", "_reader")
+
+    def __init__(self, reader: Any, limit: int) -> None:
+        self._reader = reader
+        self._left = limit
+
+    def read(self, *size: Any) -> bytes:
+        return self._count(self._reader.read(*size))
+
+    def read1(self, *size: Any) -> bytes:
+        return self._count(self._reader.read1(*size))
+
+    def readline(self, *size: Any) -> bytes:
+        return self._count(self._reader.readline(*size))
+
+    def readinto(self, buffer: Any) -> int | None:
+        count: int | None = self._reader.readinto(buffer)
+        self._left -= count or 0
+        if self._left < 0:
+            raise _WireOverLimit
+        return count
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+    def _count(self, data: bytes) -> bytes:
+        self._left -= len(data)
+        if self._left < 0:
+            raise _WireOverLimit
+        return data

@@ -13,6 +13,9 @@ the same TCP socket, so a blocked read wakes, but a descriptor that only this co
 closes, after disarming, so the watchdog can never shut down a descriptor number the system
 has meanwhile handed to another socket. A try that has no watch runs urllib3's own code but
 for one contextvar read.
+
+Their responses read past informational (1xx) answers to the final one
+(``_transport/interim.py``): one left unread would answer the connection's next request.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from urllib3.response import HTTPResponse
 
 from resilient_session._compat import response_connection
 
+from .interim import FinalResponse
 from .watchdog import WATCHDOG, WATCHED, Watch
 
 _current_watch = WATCHED.get
@@ -37,11 +41,14 @@ _getresponse = HTTPConnection.getresponse
 
 
 class _Watched(HTTPConnection):
-    """What both watched connection classes add: attach the socket, disarm."""
+    """What both watched connection classes add: attach the socket, disarm, and read past
+    informational answers to the final one."""
 
     # Class defaults, so urllib3's constructors stay untouched.
     _watch: Watch | None = None
     _shutter: socket.socket | None = None
+    # http.client builds each response of the connection from this class.
+    response_class = FinalResponse
 
     def _new_conn(self) -> socket.socket:
         watch = _current_watch()
