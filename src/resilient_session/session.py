@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import requests
 from requests import Request, Response
-from requests.adapters import BaseAdapter
+from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
-from ._foreign import Around, is_default, resilient_get_adapter
+from ._foreign import Around, guard, is_default, resilient_get_adapter
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import CALLS_OWN
 from ._state.registry import HostHealth, HostRegistry
@@ -124,6 +124,8 @@ class ResilientSession(TypedVerbs):
         self._rng = runtime.rng
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
+        # Any other a class before this one in the class list mounted had no state to join yet.
+        self._guard_mounted()
         track_session(self)
 
     # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
@@ -210,11 +212,28 @@ class ResilientSession(TypedVerbs):
         cls._next_request_is_requests = _next_request_is_requests(cls)
 
     def mount(self, prefix: str | bytes, adapter: BaseAdapter) -> None:
-        """As ``requests.Session.mount``; a ResilientAdapter also saves the cookies of retried
-        responses in this session's jar."""
+        """As ``requests.Session.mount``: ``session.adapters`` and ``get_adapter`` show
+        *adapter* as mounted, in requests' prefix order.
+
+        A ResilientAdapter keeps its own state and saves the cookies of retried responses in
+        this session's jar. Any other ``HTTPAdapter`` (a pool size, a TLS context, a subclass)
+        becomes the transport of this session's pipeline: every try goes out through its own
+        ``send`` and pools, and this session's retries, deadlines, guards and ``health()``
+        cover it. Other adapters (``file://``, a test double) are left as they are.
+        """
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
+        elif isinstance(adapter, HTTPAdapter) and "registry" in self.__dict__:
+            # requests' own __init__ mounts two before this session has state; they are replaced.
+            guard(adapter, self, self.registry)
+
+    def _guard_mounted(self) -> None:
+        for adapter in self.adapters.values():
+            if isinstance(adapter, ResilientAdapter):
+                adapter.serve(self)
+            elif isinstance(adapter, HTTPAdapter):
+                guard(adapter, self, self.registry)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
@@ -268,10 +287,9 @@ class ResilientSession(TypedVerbs):
         self._owns_registry = True
         track_session(self)
         for adapter in self.adapters.values():
-            if isinstance(adapter, ResilientAdapter):
-                adapter.serve(self)
-                if adapter.registry.config == self.config:
-                    adapter.attach(self.registry)
+            if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
+                adapter.attach(self.registry)
+        self._guard_mounted()
 
 
 def _next_request_is_requests(cls: type) -> bool:
