@@ -21,9 +21,9 @@ from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
+from .deadline import call_scope, narrowed
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
-from .deadline import narrowed
 
 if TYPE_CHECKING:
     from requests.cookies import RequestsCookieJar
@@ -122,6 +122,7 @@ class ResilientSession(TypedVerbs):
         runtime = self.registry.runtime
         self._clock = runtime.clock
         self._rng = runtime.rng
+        self._default_spans = runtime.default_deadline
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
         # Any other a class before this one in the class list mounted had no state to join yet.
@@ -159,14 +160,21 @@ class ResilientSession(TypedVerbs):
 
         The deadline spans every try, wait and redirect hop. It replaces the host's configured
         ``deadline.default`` for this call; an enclosing ``with deadline()`` still caps it.
-        ``deadline=None`` switches the configured default off for this call.
+        ``deadline=None`` switches the configured default off for this call. Without it, the
+        configured default spans the call too: each hop's host's default runs from the call's
+        start, and a hop never gets longer than an earlier hop's host gave the call.
 
         Raises:
             TypeError: *deadline* is not a number (``True`` is not) and not None.
             ValueError: *deadline* is zero, negative, NaN, infinite or above
                 ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
         """
-        if deadline is UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
+        if deadline is not UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
+            scope = narrowed(deadline, self._clock, explicit=True)
+        elif self._default_spans:
+            # A host's deadline.default runs from here, not from each redirect hop's start.
+            scope = call_scope(self._clock)
+        else:
             if self._next_request_is_requests and requests.Session.request is _SESSION_REQUEST:
                 # requests.Session.request's own steps, run here: the request prepared is then
                 # known to be this call's alone, so its first try writes X-Request-Attempt
@@ -196,7 +204,7 @@ class ResilientSession(TypedVerbs):
                 proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
                 json=json,
             )  # fmt: skip
-        token = enter_scope(narrowed(deadline, self._clock, explicit=True))
+        token = enter_scope(scope)
         try:
             return super().request(
                 method, url, params=params, data=data, headers=headers, cookies=cookies,
@@ -285,6 +293,7 @@ class ResilientSession(TypedVerbs):
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         self._owns_registry = True
+        self._default_spans = self.registry.runtime.default_deadline
         track_session(self)
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
