@@ -12,7 +12,7 @@ from requests import Request, Response
 from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
-from ._foreign import Around, guard, is_default, resilient_get_adapter
+from ._foreign import Around, guard, guard_of, is_default, resilient_get_adapter
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import CALLS_OWN
 from ._state.registry import HostHealth, HostRegistry
@@ -113,10 +113,12 @@ class ResilientSession(TypedVerbs):
         self.config: Config = registry.config if registry is not None else load(config)
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
+        # Kept for the registry a new config gets (session.config = ...).
+        self._try_hooks = tuple(try_hooks)
         self.registry = (
             registry
             if registry is not None
-            else HostRegistry(self.config, clock=clock, rng=rng, try_hooks=try_hooks)
+            else HostRegistry(self.config, clock=clock, rng=rng, try_hooks=self._try_hooks)
         )
         # The registry owns them; kept here only for pickling and for ``deadline=``'s instant.
         runtime = self.registry.runtime
@@ -246,13 +248,40 @@ class ResilientSession(TypedVerbs):
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
         # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
-        # attribute writes pay for this check, and a call makes none on the session.
+        # attribute writes pay for these checks, and a call makes none on the session.
         if name == "get_adapter":
             if is_default(self, value):
                 self.__dict__.pop("get_adapter", None)
                 return
             value = resilient_get_adapter(value, self._around)
+        elif name == "config" and "registry" in self.__dict__:
+            # Set before the state exists: by __init__, and by unpickling (__setstate__).
+            self._reconfigure(value)
+            return
         super().__setattr__(name, value)
+
+    def _reconfigure(self, source: Config | Mapping[str, Any] | str | os.PathLike[str]) -> None:
+        """``session.config = source``: the next call runs on the new config's policies, on
+        per-host state built anew for them (docs/decisions.md says why nothing carries over)."""
+        if not self._owns_registry:
+            raise ValueError(
+                "this session runs on a registry handed to it, which carries the config (and "
+                "may serve other sessions): build a HostRegistry with the new config and a "
+                "session on it"
+            )
+        config = load(source)
+        old = self.registry
+        registry = HostRegistry(config, clock=self._clock, rng=self._rng, try_hooks=self._try_hooks)
+        for adapter in self.adapters.values():
+            on_state = adapter if isinstance(adapter, ResilientAdapter) else guard_of(adapter)
+            # A ResilientAdapter mounted with a config of its own keeps it.
+            if on_state is not None and on_state.registry is old:
+                on_state.attach(registry)
+        self.__dict__.pop("_kept_around", None)  # a mocker's, on the old state
+        self.__dict__["config"] = config
+        self.registry = registry
+        self._default_spans = registry.runtime.default_deadline
+        old.close()
 
     def _around(self, adapter: BaseAdapter) -> ResilientAdapter:
         """A ResilientAdapter sending each try through *adapter*, on this session's per-host
@@ -293,6 +322,7 @@ class ResilientSession(TypedVerbs):
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         self._owns_registry = True
+        self._try_hooks = ()  # hooks are not pickled: the registry above has none either
         self._default_spans = self.registry.runtime.default_deadline
         track_session(self)
         for adapter in self.adapters.values():
