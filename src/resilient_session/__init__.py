@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._api import delete, get, head, options, patch, post, put, request
 from ._observe.hooks import (
     BackendChange,
     BackendHook,
@@ -72,11 +73,19 @@ __all__ = [
     "Verdict",
     "__version__",
     "deadline",
+    "delete",
+    "get",
+    "head",
     "json_processors",
     "load",
     "log_json_lines",
+    "options",
+    "patch",
+    "post",
+    "put",
     "redact_text",
     "redact_url",
     "redacting_request_hook",
     "remaining",
+    "request",
 ]
