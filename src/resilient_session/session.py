@@ -93,6 +93,11 @@ class ResilientSession(TypedVerbs):
     # Whether the request() after this class's in the class list is requests' own, whose
     # steps request() then runs itself; set for each subclass (__init_subclass__).
     _next_request_is_requests: bool = True
+    # Whether this session has its per-host state yet: requests' __init__ mounts, and
+    # __init__ and unpickling set config, before it does. A class default, read instead of
+    # self.__dict__, whose use would give the instance a dict of its own and slow every
+    # attribute read on it.
+    _has_state: bool = False
 
     def __init__(
         self,
@@ -127,6 +132,7 @@ class ResilientSession(TypedVerbs):
         self._default_spans = runtime.default_deadline
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
+        self._has_state = True
         # Any other a class before this one in the class list mounted had no state to join yet.
         self._guard_mounted()
         track_session(self)
@@ -234,7 +240,7 @@ class ResilientSession(TypedVerbs):
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
-        elif isinstance(adapter, HTTPAdapter) and "registry" in self.__dict__:
+        elif isinstance(adapter, HTTPAdapter) and self._has_state:
             # requests' own __init__ mounts two before this session has state; they are replaced.
             guard(adapter, self, self.registry)
 
@@ -254,7 +260,7 @@ class ResilientSession(TypedVerbs):
                 self.__dict__.pop("get_adapter", None)
                 return
             value = resilient_get_adapter(value, self._around)
-        elif name == "config" and "registry" in self.__dict__:
+        elif name == "config" and self._has_state:
             # Set before the state exists: by __init__, and by unpickling (__setstate__).
             self._reconfigure(value)
             return
@@ -277,8 +283,9 @@ class ResilientSession(TypedVerbs):
             # A ResilientAdapter mounted with a config of its own keeps it.
             if on_state is not None and on_state.registry is old:
                 on_state.attach(registry)
-        self.__dict__.pop("_kept_around", None)  # a mocker's, on the old state
-        self.__dict__["config"] = config
+        if getattr(self, "_kept_around", None) is not None:
+            delattr(self, "_kept_around")  # a mocker's, on the old state
+        super().__setattr__("config", config)
         self.registry = registry
         self._default_spans = registry.runtime.default_deadline
         old.close()
@@ -323,6 +330,7 @@ class ResilientSession(TypedVerbs):
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         self._owns_registry = True
         self._try_hooks = ()  # hooks are not pickled: the registry above has none either
+        self._has_state = True
         self._default_spans = self.registry.runtime.default_deadline
         track_session(self)
         for adapter in self.adapters.values():
