@@ -3,6 +3,7 @@ rebuilt for them; a session on a registry handed to it refuses, saying why."""
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 from typing import Any
@@ -12,6 +13,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from resilient_session import (
+    CircuitOpenError,
     ConfigError,
     DeadlineExceeded,
     HostRegistry,
@@ -21,6 +23,13 @@ from resilient_session import (
 )
 from resilient_session._foreign import guard_of
 from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
+from tests.integration.fleet_calls import (
+    THRESHOLD,
+    fail_until_all_fail_fast,
+    fleet_config,
+    host_key,
+    wait_until,
+)
 from tests.threads import run_together
 
 pytestmark = pytest.mark.integration
@@ -171,3 +180,25 @@ def test_an_unpickled_session_takes_a_new_config_too(upstream):
         clone.config = load(_config(retry={"max_attempts": 3}))
         clone.get(upstream.url("/busy"))
     assert upstream.hits("/busy") == 3
+
+
+def test_with_the_redis_backend_the_fleets_breaker_carries_over(upstream, redis_server, key_prefix):
+    """On the redis backend a new config's registry reads the fleet's state: a host whose
+    breaker the old one opened reads open again after one call more (two tries at most),
+    not after another ten failures."""
+    upstream.script("/down", Reply(503))
+    url = upstream.url("/down")
+    config = fleet_config(key_prefix, url=redis_server.url)
+    with ResilientSession(config) as session:
+        calls = fail_until_all_fail_fast([session], url)
+        before = upstream.hits("/down")
+        config["defaults"]["retry"]["max_attempts"] = 2
+        session.config = load(config)
+        key = host_key(upstream)
+        with contextlib.suppress(requests.ConnectionError):
+            session.get(url)  # the new registry's first use of the host
+        wait_until(lambda: session.health()[key].breaker.value == "open")
+        with pytest.raises(CircuitOpenError):
+            session.get(url)
+    assert (calls, before) == (THRESHOLD + 1, THRESHOLD)
+    assert upstream.hits("/down") - before <= 2
