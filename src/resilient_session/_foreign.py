@@ -12,7 +12,7 @@ Nothing of this runs on a call that no such library touched.
 
 An ``HTTPAdapter`` a user mounts on a ``ResilientSession`` (requests' way to size a pool, or a
 subclass with a TLS context or a source address) stays what ``session.adapters`` and
-``get_adapter`` return, as requests promises; :func:`guard` makes it the transport of a
+``get_adapter`` return, as requests promises; :func:`wrap_mounted` makes it the transport of a
 ``ResilientAdapter`` on the session's per-host state by giving the instance a ``send`` that
 runs the pipeline, each try then going out through its class's own ``send``, on its own pools.
 """
@@ -91,7 +91,7 @@ def resilient_get_adapter(
 
     def wrapped(url: str) -> BaseAdapter:
         adapter = get_adapter(url)
-        if isinstance(adapter, ResilientAdapter) or guard_of(adapter) is not None:
+        if isinstance(adapter, ResilientAdapter) or around_of(adapter) is not None:
             return adapter
         return around(adapter)
 
@@ -102,7 +102,8 @@ class _MountedOwn(HTTPAdapter):
     """What the pipeline asks of its transport, answered by the mounted adapter's class for
     the mounted adapter: a try's ``send``, the response it builds, its proxy's pool manager.
 
-    The mounted instance's own attributes are the guard's (below), so its class is asked.
+    The mounted instance's own attributes are its ``MountedAround``'s (below), so its class is
+    asked.
     """
 
     _mounted: HTTPAdapter
@@ -131,15 +132,15 @@ class _MountedOwn(HTTPAdapter):
         return type(mounted).proxy_manager_for(mounted, proxy, **proxy_kwargs)
 
 
-class Guard(ResilientAdapter, _MountedOwn):
+class MountedAround(ResilientAdapter, _MountedOwn):
     """The pipeline of an ``HTTPAdapter`` mounted on a ``ResilientSession``.
 
-    :func:`guard` gives the mounted instance this one's ``send``, and, for the pools it makes
-    for a proxy and the responses of a capped host, this one's ``proxy_manager_for`` and
+    :func:`wrap_mounted` gives the mounted instance this one's ``send``, and, for the pools it
+    makes for a proxy and the responses of a capped host, this one's ``proxy_manager_for`` and
     ``build_response``: in this class's method order ``_MountedOwn`` follows
     ``ResilientAdapter``, so their ``super()`` is the mounted adapter's class, on the mounted
     adapter. Its pools, TLS settings and ``send`` override are then the ones each try uses,
-    watched as ours are; the guard's own pool manager stays empty.
+    watched as ours are; this one's own pool manager stays empty.
     """
 
     def __init__(self, mounted: HTTPAdapter, *, registry: HostRegistry) -> None:
@@ -158,16 +159,16 @@ class Guard(ResilientAdapter, _MountedOwn):
             del mounted.build_response
 
 
-def guard(adapter: HTTPAdapter, session: requests.Session, registry: HostRegistry) -> None:
+def wrap_mounted(adapter: HTTPAdapter, session: requests.Session, registry: HostRegistry) -> None:
     """Run every ``send`` of *adapter*, mounted on *session*, through the pipeline on
     *registry*: retries, the deadline (its pools watched), the guards, ``health()``.
 
-    An adapter guarded already, mounted on a second prefix or session, keeps its guard, moved
-    to *registry*: one instance has one ``send``.
+    An adapter wrapped already, mounted on a second prefix or session, keeps its
+    ``MountedAround``, moved to *registry*: one instance has one ``send``.
     """
-    current = guard_of(adapter)
+    current = around_of(adapter)
     if current is None:
-        current = Guard(adapter, registry=registry)
+        current = MountedAround(adapter, registry=registry)
         # Instance attributes, so that session.adapters and get_adapter still show the adapter
         # as mounted, as requests' own tests check; its class's methods stay its own.
         adapter.send = current.send  # type: ignore[method-assign]  # per instance
@@ -178,11 +179,11 @@ def guard(adapter: HTTPAdapter, session: requests.Session, registry: HostRegistr
     watch_pools(adapter.poolmanager)
 
 
-def guard_of(adapter: BaseAdapter) -> Guard | None:
-    """The guard whose pipeline *adapter*'s ``send`` runs, if any."""
+def around_of(adapter: BaseAdapter) -> MountedAround | None:
+    """The ``MountedAround`` whose pipeline *adapter*'s ``send`` runs, if any."""
     send = vars(adapter).get("send")
-    keeper = getattr(send, "__self__", None)
-    return keeper if isinstance(keeper, Guard) else None
+    owner = getattr(send, "__self__", None)
+    return owner if isinstance(owner, MountedAround) else None
 
 
 def _owned_by(method: object, owner: object) -> bool:

@@ -12,7 +12,7 @@ from requests import Request, Response
 from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
-from ._foreign import Around, guard, guard_of, is_default, resilient_get_adapter
+from ._foreign import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import CALLS_OWN
 from ._state.registry import HostHealth, HostRegistry
@@ -134,7 +134,7 @@ class ResilientSession(TypedVerbs):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
         self._has_state = True
         # Any other a class before this one in the class list mounted had no state to join yet.
-        self._guard_mounted()
+        self._wrap_mounted()
         track_session(self)
 
     # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
@@ -242,14 +242,14 @@ class ResilientSession(TypedVerbs):
             adapter.serve(self)
         elif isinstance(adapter, HTTPAdapter) and self._has_state:
             # requests' own __init__ mounts two before this session has state; they are replaced.
-            guard(adapter, self, self.registry)
+            wrap_mounted(adapter, self, self.registry)
 
-    def _guard_mounted(self) -> None:
+    def _wrap_mounted(self) -> None:
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter):
                 adapter.serve(self)
             elif isinstance(adapter, HTTPAdapter):
-                guard(adapter, self, self.registry)
+                wrap_mounted(adapter, self, self.registry)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
@@ -279,7 +279,7 @@ class ResilientSession(TypedVerbs):
         old = self.registry
         registry = HostRegistry(config, clock=self._clock, rng=self._rng, try_hooks=self._try_hooks)
         for adapter in self.adapters.values():
-            on_state = adapter if isinstance(adapter, ResilientAdapter) else guard_of(adapter)
+            on_state = adapter if isinstance(adapter, ResilientAdapter) else around_of(adapter)
             # A ResilientAdapter mounted with a config of its own keeps it.
             if on_state is not None and on_state.registry is old:
                 on_state.attach(registry)
@@ -336,7 +336,7 @@ class ResilientSession(TypedVerbs):
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
                 adapter.attach(self.registry)
-        self._guard_mounted()
+        self._wrap_mounted()
 
 
 def _next_request_is_requests(cls: type) -> bool:

@@ -21,7 +21,7 @@ from resilient_session import (
     TryRecord,
     load,
 )
-from resilient_session._foreign import guard_of
+from resilient_session._foreign import around_of
 from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
 from tests.integration.fleet_calls import (
     THRESHOLD,
@@ -163,9 +163,9 @@ def test_assigning_while_threads_call_loses_no_call():
                 statuses.append(session.get(up.url("/ok"), timeout=5).status_code)
 
         run_together(8, body)
-        keeper = guard_of(session.get_adapter(up.url("/")))
-        assert keeper is not None
-        assert keeper.registry is session.registry
+        around = around_of(session.get_adapter(up.url("/")))
+        assert around is not None
+        assert around.registry is session.registry
         assert session.config.defaults.retry.max_attempts == 2 + 19 % 3
     assert statuses == [200] * 200
     assert up.hits("/ok") == 200
