@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "resilient_session.session",
         "resilient_session._verbs",
         "resilient_session._foreign",
+        "resilient_session._api",
     ),
     ("resilient_session.adapter",),
     ("resilient_session._pipeline",),

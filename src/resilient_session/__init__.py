@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from ._observe.hooks import (
     BackendChange,
@@ -35,6 +36,9 @@ from .errors import (
     ThrottledError,
 )
 from .session import UNSET, ResilientSession
+
+if TYPE_CHECKING:
+    from ._api import delete, get, head, options, patch, post, put, request
 
 try:
     __version__ = version("resilient-session")
@@ -72,11 +76,33 @@ __all__ = [
     "Verdict",
     "__version__",
     "deadline",
+    "delete",
+    "get",
+    "head",
     "json_processors",
     "load",
     "log_json_lines",
+    "options",
+    "patch",
+    "post",
+    "put",
     "redact_text",
     "redact_url",
     "redacting_request_hook",
     "remaining",
+    "request",
 ]
+
+_MODULE_VERBS = frozenset({"delete", "get", "head", "options", "patch", "post", "put", "request"})
+
+
+def __getattr__(name: str) -> Any:
+    # The module verbs (resilient_session.get and the rest) are imported on first use, as the
+    # redis backend is when selected: a program that never calls them builds nothing for them.
+    if name in _MODULE_VERBS:
+        from . import _api
+
+        verbs = {verb: getattr(_api, verb) for verb in _MODULE_VERBS}
+        globals().update(verbs)
+        return verbs[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -234,10 +234,20 @@ def start_call(
     state = registry.for_url(request.url or "")
     policy = state.policy
     scope = current_scope()
-    deadline_at = scope.at if scope is not None else None
     default = policy.deadline.default
-    if default is not None and (scope is None or scope.use_default):
-        deadline_at = now + default if deadline_at is None else min(deadline_at, now + default)
+    if scope is None:
+        deadline_at = None if default is None else now + default
+    else:
+        deadline_at = scope.at
+        if scope.use_default:
+            span = scope.span
+            # Within a call's span the default runs from the call's start, not this hop's.
+            if span is not None:
+                default_at = span.default_ends(default)
+            else:
+                default_at = None if default is None else now + default
+            if default_at is not None and (deadline_at is None or default_at < deadline_at):
+                deadline_at = default_at
     if timeout is None:
         # The one deliberate difference from requests: a try never waits forever.
         timeout = state.default_timeout

@@ -17,13 +17,40 @@ from .clock import SYSTEM_CLOCK, Clock
 MAX_DEADLINE: Final = 1e9
 
 
+class CallSpan:
+    """When one call began, and the earliest instant a configured default deadline ends it.
+
+    ``ResilientSession.request`` opens one per call when a host of its config has a
+    ``deadline.default``; each redirect hop measures its host's default from the call's
+    start, and a hop can only narrow what an earlier hop's host set. A call runs its hops one
+    after another on one thread, so nothing here needs a lock.
+    """
+
+    __slots__ = ("default_at", "started_at")
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at
+        self.default_at: float | None = None
+
+    def default_ends(self, default: float | None) -> float | None:
+        """The instant the call's default deadline ends it, for a hop to a host whose
+        ``deadline.default`` is *default* (None: the host sets none)."""
+        if default is not None:
+            at = self.started_at + default
+            if self.default_at is None or at < self.default_at:
+                self.default_at = at
+        return self.default_at
+
+
 @dataclass(frozen=True, slots=True)
 class DeadlineScope:
-    """The earliest enclosing deadline (a ``clock.monotonic()`` instant) and whether the
-    configured default deadline still applies beneath it."""
+    """The earliest enclosing deadline (a ``clock.monotonic()`` instant), whether the
+    configured default deadline still applies beneath it, and the call it was opened for."""
 
     at: float | None
     use_default: bool = True
+    # Set only by a call that opens its own scope for the configured default (call_scope).
+    span: CallSpan | None = None
 
 
 _SCOPE: contextvars.ContextVar[DeadlineScope | None] = contextvars.ContextVar(
@@ -85,6 +112,18 @@ def narrowed(seconds: float | None, clock: Clock, *, explicit: bool) -> Deadline
         at = outer_at
     use_default = not explicit and (outer.use_default if outer is not None else True)
     return DeadlineScope(at, use_default=use_default)
+
+
+def call_scope(clock: Clock) -> DeadlineScope:
+    """The scope of one call under the configured default deadline: the enclosing deadline,
+    and a span that starts now, so the default covers every redirect hop of the call. The
+    enclosing scope as it is where it switched the default off (``with deadline(None)``)."""
+    outer = _SCOPE.get()
+    if outer is None:
+        return DeadlineScope(None, span=CallSpan(clock.monotonic()))
+    if not outer.use_default:
+        return outer
+    return DeadlineScope(outer.at, span=CallSpan(clock.monotonic()))
 
 
 def enter(scope: DeadlineScope) -> contextvars.Token[DeadlineScope | None]:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import requests
 from requests import Request, Response
-from requests.adapters import BaseAdapter
+from requests.adapters import BaseAdapter, HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
-from ._foreign import Around, is_default, resilient_get_adapter
+from ._foreign import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import CALLS_OWN
 from ._state.registry import HostHealth, HostRegistry
@@ -21,9 +21,9 @@ from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
+from .deadline import call_scope, narrowed
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
-from .deadline import narrowed
 
 if TYPE_CHECKING:
     from requests.cookies import RequestsCookieJar
@@ -93,6 +93,11 @@ class ResilientSession(TypedVerbs):
     # Whether the request() after this class's in the class list is requests' own, whose
     # steps request() then runs itself; set for each subclass (__init_subclass__).
     _next_request_is_requests: bool = True
+    # Whether this session has its per-host state yet: requests' __init__ mounts, and
+    # __init__ and unpickling set config, before it does. A class default, read instead of
+    # self.__dict__, whose use would give the instance a dict of its own and slow every
+    # attribute read on it.
+    _has_state: bool = False
 
     def __init__(
         self,
@@ -113,17 +118,23 @@ class ResilientSession(TypedVerbs):
         self.config: Config = registry.config if registry is not None else load(config)
         # A registry handed in belongs to the caller, who closes it.
         self._owns_registry = registry is None
+        # Kept for the registry a new config gets (session.config = ...).
+        self._try_hooks = tuple(try_hooks)
         self.registry = (
             registry
             if registry is not None
-            else HostRegistry(self.config, clock=clock, rng=rng, try_hooks=try_hooks)
+            else HostRegistry(self.config, clock=clock, rng=rng, try_hooks=self._try_hooks)
         )
         # The registry owns them; kept here only for pickling and for ``deadline=``'s instant.
         runtime = self.registry.runtime
         self._clock = runtime.clock
         self._rng = runtime.rng
+        self._default_spans = runtime.default_deadline
         for prefix in ("https://", "http://"):
             self.mount(prefix, ResilientAdapter(registry=self.registry))
+        self._has_state = True
+        # Any other a class before this one in the class list mounted had no state to join yet.
+        self._wrap_mounted()
         track_session(self)
 
     # requests' own parameters, spelled out: a *args/**kwargs pass-through repacks them on every
@@ -157,14 +168,21 @@ class ResilientSession(TypedVerbs):
 
         The deadline spans every try, wait and redirect hop. It replaces the host's configured
         ``deadline.default`` for this call; an enclosing ``with deadline()`` still caps it.
-        ``deadline=None`` switches the configured default off for this call.
+        ``deadline=None`` switches the configured default off for this call. Without it, the
+        configured default spans the call too: each hop's host's default runs from the call's
+        start, and a hop never gets longer than an earlier hop's host gave the call.
 
         Raises:
             TypeError: *deadline* is not a number (``True`` is not) and not None.
             ValueError: *deadline* is zero, negative, NaN, infinite or above
                 ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
         """
-        if deadline is UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
+        if deadline is not UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
+            scope = narrowed(deadline, self._clock, explicit=True)
+        elif self._default_spans:
+            # A host's deadline.default runs from here, not from each redirect hop's start.
+            scope = call_scope(self._clock)
+        else:
             if self._next_request_is_requests and requests.Session.request is _SESSION_REQUEST:
                 # requests.Session.request's own steps, run here: the request prepared is then
                 # known to be this call's alone, so its first try writes X-Request-Attempt
@@ -194,7 +212,7 @@ class ResilientSession(TypedVerbs):
                 proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
                 json=json,
             )  # fmt: skip
-        token = enter_scope(narrowed(deadline, self._clock, explicit=True))
+        token = enter_scope(scope)
         try:
             return super().request(
                 method, url, params=params, data=data, headers=headers, cookies=cookies,
@@ -210,22 +228,67 @@ class ResilientSession(TypedVerbs):
         cls._next_request_is_requests = _next_request_is_requests(cls)
 
     def mount(self, prefix: str | bytes, adapter: BaseAdapter) -> None:
-        """As ``requests.Session.mount``; a ResilientAdapter also saves the cookies of retried
-        responses in this session's jar."""
+        """As ``requests.Session.mount``: ``session.adapters`` and ``get_adapter`` show
+        *adapter* as mounted, in requests' prefix order.
+
+        A ResilientAdapter keeps its own state and saves the cookies of retried responses in
+        this session's jar. Any other ``HTTPAdapter`` (a pool size, a TLS context, a subclass)
+        becomes the transport of this session's pipeline: every try goes out through its own
+        ``send`` and pools, and this session's retries, deadlines, guards and ``health()``
+        cover it. Other adapters (``file://``, a test double) are left as they are.
+        """
         super().mount(prefix, adapter)
         if isinstance(adapter, ResilientAdapter):
             adapter.serve(self)
+        elif isinstance(adapter, HTTPAdapter) and self._has_state:
+            # requests' own __init__ mounts two before this session has state; they are replaced.
+            wrap_mounted(adapter, self, self.registry)
+
+    def _wrap_mounted(self) -> None:
+        for adapter in self.adapters.values():
+            if isinstance(adapter, ResilientAdapter):
+                adapter.serve(self)
+            elif isinstance(adapter, HTTPAdapter):
+                wrap_mounted(adapter, self, self.registry)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
         # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
-        # attribute writes pay for this check, and a call makes none on the session.
+        # attribute writes pay for these checks, and a call makes none on the session.
         if name == "get_adapter":
             if is_default(self, value):
                 self.__dict__.pop("get_adapter", None)
                 return
             value = resilient_get_adapter(value, self._around)
+        elif name == "config" and self._has_state:
+            # Set before the state exists: by __init__, and by unpickling (__setstate__).
+            self._reconfigure(value)
+            return
         super().__setattr__(name, value)
+
+    def _reconfigure(self, source: Config | Mapping[str, Any] | str | os.PathLike[str]) -> None:
+        """``session.config = source``: the next call runs on the new config's policies, on
+        per-host state built anew for them (docs/decisions.md says why nothing carries over)."""
+        if not self._owns_registry:
+            raise ValueError(
+                "this session runs on a registry handed to it, which carries the config (and "
+                "may serve other sessions): build a HostRegistry with the new config and a "
+                "session on it"
+            )
+        config = load(source)
+        old = self.registry
+        registry = HostRegistry(config, clock=self._clock, rng=self._rng, try_hooks=self._try_hooks)
+        for adapter in self.adapters.values():
+            on_state = adapter if isinstance(adapter, ResilientAdapter) else around_of(adapter)
+            # A ResilientAdapter mounted with a config of its own keeps it.
+            if on_state is not None and on_state.registry is old:
+                on_state.attach(registry)
+        if getattr(self, "_kept_around", None) is not None:
+            delattr(self, "_kept_around")  # a mocker's, on the old state
+        super().__setattr__("config", config)
+        self.registry = registry
+        self._default_spans = registry.runtime.default_deadline
+        old.close()
 
     def _around(self, adapter: BaseAdapter) -> ResilientAdapter:
         """A ResilientAdapter sending each try through *adapter*, on this session's per-host
@@ -266,12 +329,14 @@ class ResilientSession(TypedVerbs):
         # One fresh registry for the adapters this session mounted, as at construction.
         self.registry = HostRegistry(self.config, clock=self._clock, rng=self._rng)
         self._owns_registry = True
+        self._try_hooks = ()  # hooks are not pickled: the registry above has none either
+        self._has_state = True
+        self._default_spans = self.registry.runtime.default_deadline
         track_session(self)
         for adapter in self.adapters.values():
-            if isinstance(adapter, ResilientAdapter):
-                adapter.serve(self)
-                if adapter.registry.config == self.config:
-                    adapter.attach(self.registry)
+            if isinstance(adapter, ResilientAdapter) and adapter.registry.config == self.config:
+                adapter.attach(self.registry)
+        self._wrap_mounted()
 
 
 def _next_request_is_requests(cls: type) -> bool:

@@ -255,14 +255,17 @@ def test_adapters_are_httpadapters_on_both_schemes(session):
     assert adapters[0].registry is adapters[1].registry is session.registry
 
 
-def test_mount_prefix_still_wins(mock, session):
-    """A more specific mount takes over its prefix, as in requests."""
+def test_mount_prefix_still_wins(mock, session, clock):
+    """A more specific mount takes over its prefix, as in requests, and its tries go through
+    the session's pipeline: 503, 503, 200 gives the 200 after two waits."""
     plain = requests.adapters.HTTPAdapter()
     session.mount("http://svc.test/raw", plain)
     assert session.get_adapter("http://svc.test/raw/x") is plain
-    mock.get("http://svc.test/raw/x", status=503)
-    assert session.get("http://svc.test/raw/x").status_code == 503
-    assert len(mock.calls) == 1
+    assert session.adapters["http://svc.test/raw"] is plain
+    for status in (503, 503, 200):
+        mock.get("http://svc.test/raw/x", status=status)
+    assert session.get("http://svc.test/raw/x").status_code == 200
+    assert (len(mock.calls), len(clock.sleeps)) == (3, 2)
 
 
 def test_pickled_session_keeps_config_and_starts_fresh(mock, clock):

@@ -56,3 +56,41 @@ def test_mypy_catches_what_it_catches_on_requests_session(tmp_path: Path) -> Non
     assert revealed[1].endswith('deadline: float | None =) -> requests.models.Response"')
     assert revealed[2].endswith('deadline: float | None =) -> requests.models.Response"')
     assert "_Unset" not in out
+
+
+MODULE_SNIPPET = """\
+import resilient_session
+
+resilient_session.get("https://api.example.com/items", header={"X-A": "1"})
+resilient_session.post("https://api.example.com/items", json={"a": 1}, deadline="2")
+resilient_session.request("GET", "https://api.example.com/items", timeout="soon")
+ok = resilient_session.get("https://api.example.com/items", {"page": 2}, deadline=2.0)
+resilient_session.post("https://api.example.com/items", {"a": "b"}, timeout=(3.05, 27))
+resilient_session.head("https://api.example.com/items", deadline=None)
+reveal_type(ok)
+reveal_type(resilient_session.put)
+"""
+
+
+def test_module_verbs_are_typed_as_requests_module_verbs(tmp_path: Path) -> None:
+    """The module verbs take requests' keywords with their types, ``deadline`` beside them, and
+    ``get`` its params second, as ``requests.get``."""
+    source = tmp_path / "module_snippet.py"
+    source.write_text(MODULE_SNIPPET)
+    out, err, _status = mypy_api.run(
+        [
+            "--strict",
+            "--no-error-summary",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / ".mypy_cache"),
+            str(source),
+        ]
+    )
+    errors = {int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line}
+    assert errors == {3, 4, 5}, out + err
+    assert 'Unexpected keyword argument "header"' in out
+    revealed = [line for line in out.splitlines() if "Revealed type" in line]
+    assert revealed[0].endswith('Revealed type is "requests.models.Response"')
+    assert revealed[1].endswith('deadline: float | None =) -> requests.models.Response"')
+    assert "_Unset" not in out

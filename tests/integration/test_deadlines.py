@@ -125,3 +125,22 @@ def test_streamed_retry_does_not_drain_past_the_deadline(upstream, make_session)
 
     assert upstream.hits("/drip") == 1
     assert elapsed < 0.9
+
+
+def test_the_configured_default_spans_every_redirect_hop(upstream, make_session):
+    """Six redirects of 0.4 s each under a 1 s ``deadline.default``: DeadlineExceeded about
+    1 s into the call, on the third hop, instead of a 200 after 2.4 s."""
+    hops = 6
+    for hop in range(hops):
+        location = f"/hop{hop + 1}" if hop + 1 < hops else "/end"
+        upstream.script(f"/hop{hop}", Reply(302, headers={"Location": location}, delay=0.4))
+    session = make_session(deadline={"default": 1.0})
+
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        session.get(upstream.url("/hop0"))
+    elapsed = time.monotonic() - started
+
+    assert 0.95 <= elapsed < 1.5
+    assert [upstream.hits(f"/hop{hop}") for hop in range(hops)] == [1, 1, 1, 0, 0, 0]
+    assert upstream.hits("/end") == 0

@@ -16,6 +16,8 @@ from resilient_session import ResilientSession
 from resilient_session._pipeline.stages.deadline import with_headers
 from resilient_session.adapter import start_call
 from resilient_session.deadline import (
+    CallSpan,
+    call_scope,
     checked,
     current_scope,
     deadline,
@@ -236,3 +238,29 @@ def test_with_headers_takes_a_plain_dict_of_headers():
     assert sent.headers["x-request-attempt"] == "1; max=4"
     assert mine == {"Accept": "text/plain", "x-request-attempt": "mine"}
     assert request.headers is mine
+
+
+def test_a_call_span_keeps_the_earliest_default_of_its_hops():
+    """Hops to hosts with defaults 5, none, 1 and 3 s, from a call begun at 100: the span ends
+    at 105, 105, 101, 101: measured from the start, and never extended by a later hop."""
+    span = CallSpan(100.0)
+    assert [span.default_ends(d) for d in (5.0, None, 1.0, 3.0)] == [105.0, 105.0, 101.0, 101.0]
+    assert CallSpan(100.0).default_ends(None) is None
+
+
+def test_a_call_scope_keeps_the_enclosing_deadline_and_a_switched_off_default(clock):
+    """Alone, a call's scope has no deadline of its own and a span begun now; inside
+    ``with deadline(2)`` it keeps that instant; inside ``with deadline(None)`` it is the
+    enclosing scope itself (no default)."""
+    alone = call_scope(clock)
+    assert (alone.at, alone.use_default) == (None, True)
+    assert alone.span is not None
+    assert alone.span.started_at == clock.now
+    with deadline(2.0, clock=clock):
+        clock.advance(0.5)
+        scope = call_scope(clock)
+        assert (scope.at, scope.use_default) == (clock.now + 1.5, True)
+        assert scope.span is not None
+        assert scope.span.started_at == clock.now
+    with deadline(None, clock=clock):
+        assert call_scope(clock) is current_scope()

@@ -37,6 +37,9 @@ class Runtime:
     states: StateReport = EVENTS_ONLY
     # Whether any host of the config hedges: the chain is built with the race only then.
     hedging: bool = False
+    # Whether any host or route of the config has a deadline.default: a session's call opens a
+    # span, so the default runs from the call's start across its redirect hops.
+    default_deadline: bool = False
 
 
 def runtime_for(
@@ -46,5 +49,7 @@ def runtime_for(
     kept = tuple(hooks)
     senders = tuple(hook for hook in kept if isinstance(hook, SendHook))
     names = sensitive_names(config.events.redact_params)
-    hedging = any(policy.hedging.enabled for policy in config.policies())
-    return Runtime(clock, rng, names, kept, senders, StateReport(kept), hedging)
+    policies = list(config.policies())
+    hedging = any(policy.hedging.enabled for policy in policies)
+    default_deadline = any(policy.deadline.default is not None for policy in policies)
+    return Runtime(clock, rng, names, kept, senders, StateReport(kept), hedging, default_deadline)

@@ -26,6 +26,8 @@ from requests.adapters import HTTPAdapter
 
 from resilient_session._compat import idle_connections, pool_settings
 
+from .watched import watch_pools, watches
+
 _adapters: weakref.WeakSet[HTTPAdapter] = weakref.WeakSet()
 _sessions: weakref.WeakSet[requests.Session] = weakref.WeakSet()
 
@@ -45,8 +47,12 @@ def renew_pools(adapter: HTTPAdapter) -> None:
     """Give *adapter* a new, empty pool manager and no proxy managers, built as when it was
     made; close the old ones' idle connections without taking their locks."""
     old = [adapter.poolmanager, *adapter.proxy_manager.values()]
+    # An adapter a session guards builds unwatched pools of its own class's making.
+    watched = watches(adapter.poolmanager)
     connections, maxsize, block = pool_settings(adapter)
     adapter.init_poolmanager(connections, maxsize, block=block)
+    if watched:
+        watch_pools(adapter.poolmanager)
     adapter.proxy_manager = {}
     for manager in old:
         # A layout urllib3 changes leaves the sockets to the collector.

@@ -207,6 +207,14 @@ _WATCHED_POOLS: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {
 }
 
 
+_WATCHED = frozenset(_WATCHED_POOLS.values())
+
+
+def watches(manager: PoolManager) -> bool:
+    """True when *manager* builds watched pools (ours, or an adapter's a session guards)."""
+    return any(cls in _WATCHED for cls in manager.pool_classes_by_scheme.values())
+
+
 def watch_pools(manager: PoolManager) -> PoolManager:
     """Make *manager* build watched pools; pool classes of its own (SOCKS) are left as they are.
 
