@@ -114,9 +114,9 @@ class Race:
             TIMER.schedule(self, real_monotonic() + self._delay)
         return not lost
 
-    def answered(self, number: int, seconds: float) -> bool:
-        """Try *number* ended after *seconds* on the wire; True when it was the first, in
-        which case every other try still out is cut."""
+    def answered(self, number: int, seconds: float, fired: bool = False) -> bool:
+        """Try *number* ended after *seconds* on the wire, cut short if its watch *fired*;
+        True when it was the first, in which case every other try still out is cut."""
         with self._lock:
             self._wire.pop(number, None)
             won = self.winner is None
@@ -131,10 +131,10 @@ class Race:
             TIMER.cancel(self)
         for watch in cut:
             WATCHDOG.cut(watch)
-        # The first try's time, cut or not (a cut one was out at least that long), and a
-        # hedge's when it answered: a cut hedge's says nothing of the host.
-        if number == 1 or won:
-            self.hedge.record(seconds)
+        if number == 1:
+            # Only the first try teaches the delay; a hedge out against it as it answered
+            # is on the wire still, about to be cut.
+            self.hedge.learn(seconds, self._delay, raced=bool(cut), cut=fired or not won)
         if number > 1 and won:
             self.hedge.count(wins=1)
         elif not won:
