@@ -32,6 +32,8 @@ _LONGEST_WAIT: Final = threading.TIMEOUT_MAX
 # _TICK apart instead of once a call. _TICK is auto's floor, so an auto race never wakes it.
 _TICK: Final = 0.010
 _BUSY: Final = 1.0
+# A timer thread that woke within this of the instant it slept until was on time.
+_ON_TIME: Final = 0.001
 
 # Races are timed on real time, whatever clock the stages run on, as the watchdog's watches.
 real_monotonic = SYSTEM_CLOCK.monotonic
@@ -103,9 +105,13 @@ class Timer:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._due: dict[Due, float] = {}
+        # Races put back once already for the time the thread ran late (take_due).
+        self._put_back: set[Due] = set()
         # The instant the thread sleeps until: an earlier race must wake it. Read by schedule()
         # only while the thread waits: it is set under the lock just before each wait.
         self._wake_at = _INF
+        # The same instant, kept for the thread's next look only: how late it woke.
+        self._slept_until = _INF
         self._scheduled_at = -_INF  # when the latest race was given
         self._thread: threading.Thread | None = None
 
@@ -126,21 +132,47 @@ class Timer:
         """Launch nothing more for *race*."""
         with self._lock:
             self._due.pop(race, None)
+            self._put_back.discard(race)
+
+    def take_due(self, now: float, late: float) -> list[Due]:
+        """The races due at *now*, taken off the timer, its lock held; the thread looked
+        *late* seconds after the instant it slept until.
+
+        A timer that looks late ran in a process that was not running its threads (a busy
+        interpreter, a starved CPU): a first try it finds overdue may have been answered
+        meanwhile, its answer waiting for its own thread to run, and a stall would otherwise
+        hedge every try in flight at once, spending the budget's tokens and more load on a
+        process already behind. So a race that fell due while the timer was late is first
+        put back by as long as it was overdue, once: a try still out after that is slow at
+        the host, and is hedged even if the timer is late again.
+        """
+        ready: list[Due] = []
+        put_back = self._put_back
+        for race, at in list(self._due.items()):
+            if at > now:
+                continue
+            if late > _ON_TIME and race not in put_back:
+                put_back.add(race)
+                self._due[race] = now + (now - at)
+                continue
+            del self._due[race]
+            put_back.discard(race)
+            ready.append(race)
+        return ready
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 now = real_monotonic()
-                ready = [race for race, at in self._due.items() if at <= now]
-                for race in ready:
-                    del self._due[race]
+                late, self._slept_until = now - self._slept_until, _INF
+                ready = self.take_due(now, late)
                 if not ready:
                     earliest = min(self._due.values(), default=_INF)
                     if now - self._scheduled_at < _BUSY:
                         earliest = min(earliest, now + _TICK)
                     # Every schedule() since the look above waits on the lock, then compares
                     # its instant with this one: none is missed.
-                    self._wake_at = earliest
+                    self._wake_at = self._slept_until = earliest
                     wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
                     self._wake.wait(wait)
                     continue
