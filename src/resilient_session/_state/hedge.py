@@ -31,8 +31,10 @@ What a first try teaches (``learn``) is what it says of the host, not what hedgi
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
@@ -76,9 +78,12 @@ class HedgeSnapshot:
 
 
 class HedgeState:
-    """One host's hedging: its policy, its recent try latencies, its counts.
+    """One host's hedging: its policy, its recent first-try latencies, its counts.
 
-    Owns one lock, for its own fields only; the p95 is computed outside it.
+    The latencies are learned on every hedged call without a lock: a deque's append and a
+    count's next are each one call into C, which the GIL runs whole (every caller of a busy
+    session would otherwise queue on one lock once a call). The p95 is read from a copy. The
+    counts health shows sit under the one lock, taken by hedged tries only.
     """
 
     def __init__(self, policy: HedgingPolicy) -> None:
@@ -86,9 +91,8 @@ class HedgeState:
         fixed = policy.delay
         self._fixed: float | None = None if fixed == "auto" else float(fixed)
         self._lock = threading.Lock()
-        self._samples: list[float] = []
-        self._next = 0  # where the next sample goes once the window is full
-        self._seen = 0
+        self._samples: deque[float] = deque(maxlen=WINDOW)
+        self._numbers = itertools.count(1)  # the number of each latency learned, from 1
         self._p95: float | None = None
         self._hedges = 0
         self._wins = 0
@@ -118,20 +122,13 @@ class HedgeState:
 
     def record(self, seconds: float) -> None:
         """One latency into the window the p95 is read from."""
-        with self._lock:
-            samples = self._samples
-            if len(samples) < WINDOW:
-                samples.append(seconds)
-            else:
-                samples[self._next] = seconds
-                self._next = (self._next + 1) % WINDOW
-            self._seen += 1
-            seen = self._seen
-            due = seen == MIN_SAMPLES or (seen > MIN_SAMPLES and seen % EVERY == 0)
-            kept = list(samples) if due else None
-        if kept is not None:
-            # Sorted outside the lock; a racing update may land first, and either is recent.
-            self._p95 = p95(kept)
+        samples = self._samples
+        samples.append(seconds)
+        number = next(self._numbers)
+        if number == MIN_SAMPLES or (number > MIN_SAMPLES and number % EVERY == 0):
+            # A copy made whole under the GIL; another thread's reading may land first, and
+            # either is recent.
+            self._p95 = p95(list(samples))
 
     def count(self, *, hedges: int = 0, wins: int = 0, cancelled: int = 0) -> None:
         """Add to the counts health shows."""

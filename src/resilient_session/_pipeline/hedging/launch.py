@@ -4,8 +4,9 @@ send their hedges.
 A first try that is still out when its delay has passed needs a second try in flight while
 the caller's thread waits on the first one's socket. Neither the caller nor a thread of its
 own per call can do that cheaply, so one daemon thread keeps the instant each race is due
-(a dict and one lock, as the watchdog keeps its watches) and hands each due hedge to a small
-pool of daemon workers, at most ``MAX_WORKERS``, started as they are first needed and kept.
+(a dict the callers write without a lock, as the watchdog keeps its watches) and hands each
+due hedge to a small pool of daemon workers, at most ``MAX_WORKERS``, started as they are
+first needed and kept.
 Nothing here starts until a host that hedges sends its first try: with hedging off, no
 thread, no lock and no frame of this module runs.
 """
@@ -104,11 +105,17 @@ class Timer:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        # Races and the instant each is due. schedule() and cancel() write it without the lock,
+        # on every hedged call (item assignment and pop are atomic), as the watchdog keeps its
+        # watches: 64 threads taking one lock twice a call spent more than the race itself.
+        # The thread reads copies of it, and of a cancel() and the thread, whoever pops a race
+        # owns its ending.
         self._due: dict[Due, float] = {}
-        # Races put back once already for the time the thread ran late (take_due).
+        # Races the thread put back once already for the time it ran late (take_due); the
+        # thread's own.
         self._put_back: set[Due] = set()
-        # The instant the thread sleeps until: an earlier race must wake it. Read by schedule()
-        # only while the thread waits: it is set under the lock just before each wait.
+        # The instant the thread sleeps until; +inf while it is awake or not started, so that
+        # every schedule() then takes the lock, which wakes or starts it.
         self._wake_at = _INF
         # The same instant, kept for the thread's next look only: how late it woke.
         self._slept_until = _INF
@@ -117,26 +124,29 @@ class Timer:
 
     def schedule(self, race: Due, at: float) -> None:
         """Launch *race*'s next hedge at *at* (``real_monotonic``), unless cancelled first."""
+        self._due[race] = at
+        self._scheduled_at = real_monotonic()
+        # Read after the race is in the dict: a thread that went to sleep before this read
+        # sleeps until the instant read here, and one that is awake will see the race.
+        if at < self._wake_at:
+            self._wake_early()
+
+    def _wake_early(self) -> None:
         with self._lock:
-            self._due[race] = at
-            self._scheduled_at = real_monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="resilient-session-hedge-timer", daemon=True
                 )
                 self._thread.start()
-            elif at < self._wake_at:
-                self._wake.notify()
+            self._wake.notify()
 
     def cancel(self, race: Due) -> None:
         """Launch nothing more for *race*."""
-        with self._lock:
-            self._due.pop(race, None)
-            self._put_back.discard(race)
+        self._due.pop(race, None)
 
     def take_due(self, now: float, late: float) -> list[Due]:
-        """The races due at *now*, taken off the timer, its lock held; the thread looked
-        *late* seconds after the instant it slept until.
+        """The races due at *now*, taken off the timer, on its thread with its lock held; the
+        thread looked *late* seconds after the instant it slept until.
 
         A timer that looks late ran in a process that was not running its threads (a busy
         interpreter, a starved CPU): a first try it finds overdue may have been answered
@@ -146,18 +156,22 @@ class Timer:
         put back by as long as it was overdue, once: a try still out after that is slow at
         the host, and is hedged even if the timer is late again.
         """
-        ready: list[Due] = []
+        due = self._due
+        looked = due.copy()
         put_back = self._put_back
-        for race, at in list(self._due.items()):
+        put_back.intersection_update(looked)  # those cancelled since: forgotten
+        ready: list[Due] = []
+        for race, at in looked.items():
             if at > now:
                 continue
             if late > _ON_TIME and race not in put_back:
                 put_back.add(race)
-                self._due[race] = now + (now - at)
-                continue
-            del self._due[race]
-            put_back.discard(race)
-            ready.append(race)
+                # A cancel() in between is undone: that race is launched later, finds its
+                # call answered and sends nothing.
+                due[race] = now + (now - at)
+            elif due.pop(race, None) is not None:  # else cancelled in between
+                put_back.discard(race)
+                ready.append(race)
         return ready
 
     def _run(self) -> None:
@@ -167,14 +181,15 @@ class Timer:
                 late, self._slept_until = now - self._slept_until, _INF
                 ready = self.take_due(now, late)
                 if not ready:
-                    earliest = min(self._due.values(), default=_INF)
+                    earliest = min(self._due.copy().values(), default=_INF)
                     if now - self._scheduled_at < _BUSY:
                         earliest = min(earliest, now + _TICK)
-                    # Every schedule() since the look above waits on the lock, then compares
-                    # its instant with this one: none is missed.
+                    # A schedule() since the look above read +inf and waits on the lock to
+                    # wake the thread, or reads this instant: none is missed.
                     self._wake_at = self._slept_until = earliest
                     wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
                     self._wake.wait(wait)
+                    self._wake_at = _INF
                     continue
             # Outside the lock: a launch takes the budget's lock and starts a worker.
             for race in ready:
