@@ -252,3 +252,22 @@ def test_a_raced_call_that_ends_before_its_delay_is_one_try(harness, clock, logs
     health = h.registry.health()["http://svc.test:80"]
     assert (transport.calls, health.tries, health.hedges, health.cancelled) == (1, 1, 0, 0)
     assert len(h.host().hedge._samples) == 1
+
+
+def test_no_hedge_for_a_first_try_whose_answer_is_in(harness, launched, monkeypatch):
+    """The first try's socket already holds its answer (its thread has yet to run): no hedge
+    goes and no token is taken; the race is looked at again a delay later, and hedged then
+    if the answer is still not in."""
+    import resilient_session._pipeline.hedging.race as race_module
+
+    answers: list[bool] = [True, False]
+    monkeypatch.setattr(race_module, "answer_in", lambda sock: answers.pop(0))
+    h = harness({"defaults": {"hedging": HEDGING}})
+    race = _race(h)
+    _slow_call(race)
+    tokens = h.host().bucket.snapshot().tokens
+    again = race.launch()
+    assert again is not None
+    assert (len(launched), race.launched, h.host().bucket.snapshot().tokens) == (0, 1, tokens)
+    assert race.launch() is None  # max_extra 1: nothing after this hedge
+    assert (len(launched), race.launched) == (1, 2)
