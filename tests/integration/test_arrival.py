@@ -1,6 +1,6 @@
-"""Whether a try's answer has reached its socket, read from the kernel on a real loopback
-connection: not before the answer comes, yes once it is in, read or not, and not again once
-the next request has gone out."""
+"""When a try's request left and its answer came, read from the kernel on a real loopback
+connection: how long a hedge still waits (the rest of its delay from the send, none once the
+request has been out for longer, a delay more once the answer is in, read or not)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from resilient_session._transport.arrival import answer_in
+from resilient_session._transport.arrival import hedge_wait
 
 pytestmark = [
     pytest.mark.integration,
@@ -57,23 +57,30 @@ def _wait_readable(sock: socket.socket) -> None:
     assert poller.poll(WAIT * 1000), "no answer came"
 
 
-def test_an_answer_is_in_once_it_reached_the_socket_read_or_not(connection):
-    """Sent and not answered: no. Answered: yes, before and after the caller reads it. The
-    next request sent: no again, until its own answer comes."""
+def test_a_hedge_waits_out_the_delay_from_the_send_and_never_for_an_answer_in(connection):
+    """Sent just now, no answer: the hedge waits (nearly) the whole 0.2 s delay from the send.
+    Answered: a delay more, before and after the caller reads it. The next request sent: the
+    wait counts from that send again."""
     connection.sendall(b"?")
-    assert not answer_in(connection)
+    assert 0.2 - 0.03 <= hedge_wait(connection, 0.2) <= 0.2
     _wait_readable(connection)
-    assert answer_in(connection)
+    assert hedge_wait(connection, 0.2) == 0.2
     assert connection.recv(1) == b"!"
-    assert answer_in(connection)  # read by its thread: the kernel still knows it came
+    assert hedge_wait(connection, 0.2) == 0.2  # read by its thread: the kernel knows it came
     connection.sendall(b"?")
-    assert not answer_in(connection)
-    _wait_readable(connection)
-    assert answer_in(connection)
+    assert 0.2 - 0.03 <= hedge_wait(connection, 0.2) <= 0.2
+
+
+def test_a_request_out_for_longer_than_the_delay_is_hedged_at_once(connection):
+    """The server answers LATE (50 ms) after the request; looked at 30 ms on, with no answer
+    yet, a request out for longer than a 10 ms delay is hedged at once."""
+    connection.sendall(b"?")
+    assert not select.select([connection], [], [], 0.03)[0]  # still no answer 30 ms on
+    assert hedge_wait(connection, 0.01) == 0.0
 
 
 def test_no_socket_or_a_closed_one_cannot_tell():
-    """Without a socket, or with one closed, the answer is "not known": a hedge may go."""
+    """Without a socket, or with one closed, nothing is known: the hedge does not wait."""
     closed = socket.socket()
     closed.close()
-    assert (answer_in(None), answer_in(closed)) == (False, False)
+    assert (hedge_wait(None, 0.2), hedge_wait(closed, 0.2)) == (0.0, 0.0)

@@ -1,13 +1,15 @@
-"""Whether a try's answer has reached its socket, read from the kernel (Linux's ``TCP_INFO``).
+"""When a try's request left and its answer came, as the kernel saw them (Linux's ``TCP_INFO``).
 
-A first try can outlast its hedging delay with its answer already in: on a busy process its
-thread waits for the interpreter or a core, not for the host. A hedge sent then is pure
-load, on a process already behind, and a stall would send one for every try in flight. The
-kernel knows when a socket last sent and last received data (``tcpi_last_data_sent`` and
-``tcpi_last_data_recv``, milliseconds ago, in the kernel's ticks): data received after the
-request's last byte went out means the host has answered. Where that cannot be read (another
-system, a socket not connected yet, or both in the same tick), the answer is "not known",
-and the hedge goes as before.
+On a busy process a try's own thread is slow to send its request and slow to read the answer:
+it waits for the interpreter or a core. Past its delay on the caller's clock, such a try may
+not have been out for the delay at all, or may have its answer in, waiting to be read; a
+hedge then is load and no help, and goes through the same queue. The kernel knows when a
+socket last sent and last received data (``tcpi_last_data_sent`` and
+``tcpi_last_data_recv``, milliseconds ago, counted in its ticks), so, through the watch's
+duplicate of a try's socket, the race holds a hedge until the request has really been out for
+the delay, and sends none while the answer is in. Where that cannot be read (another system,
+a socket not connected yet, an answer within the send's tick), nothing is known, and the
+hedge goes by the caller's clock as before.
 """
 
 from __future__ import annotations
@@ -25,20 +27,33 @@ _TCP_INFO: Final = getattr(socket, "TCP_INFO", None) if sys.platform.startswith(
 _u32 = struct.Struct("=I").unpack_from
 
 
-def answer_in(sock: socket.socket | None) -> bool:
-    """True when data reached *sock* after the last it sent: the answer, or its start, is in
-    and waits to be read; False when not, or when it cannot be told."""
+def _times(sock: socket.socket | None) -> tuple[int, int] | None:
+    """Milliseconds since *sock* last sent data and since it last received data, or None."""
     if sock is None or _TCP_INFO is None:
-        return False
+        return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _NEEDED)
     except OSError:  # closed, or not a TCP socket
-        return False
+        return None
     if len(info) < _NEEDED:
-        return False
-    # Both are "milliseconds ago": the later event has the smaller figure. A request sent
-    # in the tick its answer came tells nothing, and neither does a socket that has sent
-    # nothing yet (its last send reads as the kernel's whole uptime).
-    received_ago: int = _u32(info, _LAST_DATA_RECV)[0]
+        return None
     sent_ago: int = _u32(info, _LAST_DATA_SENT)[0]
-    return received_ago < sent_ago
+    received_ago: int = _u32(info, _LAST_DATA_RECV)[0]
+    return sent_ago, received_ago
+
+
+def hedge_wait(sock: socket.socket | None, delay: float) -> float:
+    """Seconds a first try's hedge should still wait, its race's *delay* having passed on the
+    caller's clock: a delay more while the answer is in (it waits for its thread to run),
+    what is left of the delay since the request really went out (its thread sent it late), or
+    0: the request has been out for the delay with no answer, or the kernel cannot tell."""
+    times = _times(sock)
+    if times is None:
+        return 0.0
+    sent_ago, received_ago = times
+    # Both are "ago": the later event has the smaller figure. A socket that has sent nothing
+    # yet reads its last send as the kernel's whole uptime: its request is not out, and what
+    # came in is the connection's opening or an earlier answer.
+    if received_ago < sent_ago:
+        return delay
+    return max(0.0, delay - sent_ago / 1000)

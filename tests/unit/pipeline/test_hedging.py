@@ -12,7 +12,7 @@ import pytest
 from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session._pipeline.drive import drive
 from resilient_session._pipeline.hedging.chain import HedgedChain
-from resilient_session._pipeline.hedging.launch import TIMER
+from resilient_session._pipeline.hedging.launch import TIMER, real_monotonic
 from resilient_session._pipeline.hedging.race import RACE, Race
 from resilient_session._pipeline.hedging.stages import race_try
 from resilient_session._pipeline.stages import racing_stages, standard_chain
@@ -254,20 +254,22 @@ def test_a_raced_call_that_ends_before_its_delay_is_one_try(harness, clock, logs
     assert len(h.host().hedge._samples) == 1
 
 
-def test_no_hedge_for_a_first_try_whose_answer_is_in(harness, launched, monkeypatch):
-    """The first try's socket already holds its answer (its thread has yet to run): no hedge
-    goes and no token is taken; the race is looked at again a delay later, and hedged then
-    if the answer is still not in."""
+def test_no_hedge_while_the_first_try_waits_for_its_own_thread(harness, launched, monkeypatch):
+    """The first try's socket says its answer is in (or its request left late): no hedge goes
+    and no token is taken; the race is looked at again when the socket says, and hedged then
+    if the request has been out for the delay with no answer."""
     import resilient_session._pipeline.hedging.race as race_module
 
-    answers: list[bool] = [True, False]
-    monkeypatch.setattr(race_module, "answer_in", lambda sock: answers.pop(0))
+    waits: list[float] = [0.05, 0.0]
+    monkeypatch.setattr(race_module, "hedge_wait", lambda sock, delay: waits.pop(0))
     h = harness({"defaults": {"hedging": HEDGING}})
     race = _race(h)
     _slow_call(race)
     tokens = h.host().bucket.snapshot().tokens
+    before = real_monotonic()
     again = race.launch()
     assert again is not None
+    assert before + 0.05 <= again <= real_monotonic() + 0.05
     assert (len(launched), race.launched, h.host().bucket.snapshot().tokens) == (0, 1, tokens)
     assert race.launch() is None  # max_extra 1: nothing after this hedge
     assert (len(launched), race.launched) == (1, 2)

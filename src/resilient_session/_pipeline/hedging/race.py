@@ -28,7 +28,7 @@ from resilient_session._pipeline.attempt import (
 )
 from resilient_session._pipeline.drive import Next
 from resilient_session._state.hedge import HedgeState
-from resilient_session._transport.arrival import answer_in
+from resilient_session._transport.arrival import hedge_wait
 from resilient_session._transport.watchdog import WATCHDOG, Watch
 from resilient_session.errors import HedgeCancelled
 
@@ -173,9 +173,10 @@ class Race:
     # --- on the timer's thread and the workers ------------------------------------------------
 
     def launch(self) -> float | None:
-        """Send the next hedge if the race is still open, its first try's answer has not
-        reached the socket (``_transport/arrival.py``), a try number is left, the deadline has
-        not passed and the budget pays a token; when to look again, if ever."""
+        """Send the next hedge if the race is still open, its first try's request has been
+        out for the delay with no answer (as far as its socket tells: ``_transport/
+        arrival.py``), a try number is left, the deadline has not passed and the budget pays a
+        token; when to look again, if ever."""
         call = self.call
         policy = call.state.policy
         most = min(policy.retry.max_attempts, policy.hedging.max_extra + 1)
@@ -184,10 +185,12 @@ class Race:
             if self.winner is not None or number > most:
                 return None
             first = self._wire.get(1)
-        if first is not None and answer_in(first.sock):
-            # Its answer is in, waiting for the caller's thread to run: a hedge would only add
-            # load to a process already behind. Looked at again a delay later.
-            return real_monotonic() + (self._delay or 0.0)
+        if first is not None and self._delay is not None:
+            # A try whose answer is in, or whose request left late, is waiting for its own
+            # thread: a hedge would only add load to a process already behind.
+            wait = hedge_wait(first.sock, self._delay)
+            if wait > 0:
+                return real_monotonic() + wait
         deadline_at = call.deadline_at
         if deadline_at is not None and call.runtime.clock.monotonic() >= deadline_at:
             return None
