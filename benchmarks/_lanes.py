@@ -47,8 +47,9 @@ _MOST_RUNS = 100  # a lane process serves at most this many runs
 
 
 class Stack:
-    """One client stack: ``call`` returns the final response or raises; ``state`` is the
-    breaker's state where the stack has one."""
+    """One client stack: ``call`` returns the final response or raises; ``state`` is what the
+    lane samples of it every 50 ms: the breaker's state where the stack has one (the storm),
+    the hedging delay (tail.py)."""
 
     def call(self, url: str, headers: dict[str, str]) -> requests.Response:
         raise NotImplementedError
@@ -188,7 +189,7 @@ class CallRecord:
 @dataclass(frozen=True)
 class LaneResult:
     calls: list[CallRecord]
-    states: list[tuple[float, str]]  # (seconds after the start, breaker state)
+    states: list[tuple[float, str]]  # (seconds after the start, what Stack.state() said)
     issue_lag: tuple[float, float]  # the scheduler's lateness issuing calls: p99 and worst, s
     cpu: float  # CPU seconds the lane's process spent on the run, all threads
 

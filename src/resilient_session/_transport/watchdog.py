@@ -139,12 +139,24 @@ class Watchdog:
         """Fire *watch* now, from any thread: at once if it is armed, else as soon as its
         connection arms it (a hedged call ending the tries that lost its race).
 
-        Its instant is moved to the past and the thread woken: the thread reads each watch's
-        own instant, so an armed watch fires on its next look, and a watch armed later stores
-        the past instant and wakes the thread itself. A watch that has ended is left alone.
+        An armed watch is fired on the calling thread, by the same steps as the watchdog's
+        (taken from the armed ones and marked firing under the lock, so a racing disarm waits
+        for the shutdown): the watchdog thread is one of many wanting the interpreter on a
+        busy process, and a cut left to it waited there hundreds of milliseconds while the
+        caller's thread sat on the try that lost. A watch not armed yet gets an instant in the
+        past, which its arm stores, waking the thread. A watch that has ended is left alone.
         """
         watch.until = -_INF
-        self._wake_early()
+        with self._lock:
+            if self._live.pop(watch, None) is None:
+                return
+            watch.state = FIRING
+        if watch.sock is not None:
+            with contextlib.suppress(OSError):  # closed or never connected: nothing to wake
+                watch.sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            watch.state = FIRED
+            self._settled.notify_all()
 
     def fire_due(self) -> int:
         """Shut down the socket of every armed watch whose instant has passed; how many."""

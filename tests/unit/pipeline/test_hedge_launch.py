@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from resilient_session._pipeline.hedging.launch import Timer, Workers, real_monotonic
+from tests.threads import run_together
 
 WAIT = 10.0  # seconds a test waits for a thread before it fails: never reached when it works
 
@@ -82,3 +85,52 @@ def test_a_launch_that_raises_leaves_the_timer_serving():
     timer.schedule(Broken(), now)
     timer.schedule(later, now + 0.01)
     assert later.launched.wait(WAIT)
+
+
+def test_a_late_timer_puts_overdue_races_back_once_before_it_launches_them():
+    """The timer looks 30 ms after the instant it slept until: a race 30 ms overdue and one
+    5 ms overdue are put back by as long, not launched; once due again they are launched even
+    if the timer is late again; a timer on time launches what is due at once."""
+    timer = Timer(Workers())
+    early, late, on_time = _Race(), _Race(), _Race()
+    timer._due.update({early: 1.000, late: 1.025})
+    assert timer.take_due(now=1.030, late=0.030) == []
+    assert timer._due == {early: pytest.approx(1.060), late: pytest.approx(1.035)}
+    assert timer.take_due(now=1.040, late=0.010) == [late]
+    assert timer.take_due(now=1.070, late=0.030) == [early]
+    timer._due[on_time] = 1.100
+    assert timer.take_due(now=1.100, late=0.0) == [on_time]
+    assert (timer._due, timer._put_back) == ({}, set())
+
+
+def test_a_race_cancelled_after_it_was_put_back_is_gone():
+    """A race put back for the timer's lateness and then answered is never launched, and the
+    timer's next look forgets it."""
+    timer = Timer(Workers())
+    race = _Race()
+    timer._due[race] = 1.0
+    assert timer.take_due(now=1.02, late=0.02) == []
+    timer.cancel(race)
+    assert timer.take_due(now=1.10, late=0.0) == []
+    assert (timer._due, timer._put_back, race.launches) == ({}, set(), 0)
+
+
+def test_64_threads_scheduling_and_cancelling_at_once_lose_no_race():
+    """64 threads each give a running timer 50 races due at once and 50 due in an hour that
+    they cancel: every race due is launched exactly once, no cancelled one ever, and the
+    timer is left holding nothing."""
+    timer = Timer(Workers())
+    due = [[_Race() for _ in range(50)] for _ in range(64)]
+    cancelled = [[_Race() for _ in range(50)] for _ in range(64)]
+
+    def give(index: int) -> None:
+        for now, later in zip(due[index], cancelled[index], strict=True):
+            timer.schedule(later, real_monotonic() + 3600)
+            timer.schedule(now, real_monotonic())
+            timer.cancel(later)
+
+    run_together(64, give)
+    assert all(race.launched.wait(WAIT) for races in due for race in races)
+    assert {race.launches for races in due for race in races} == {1}
+    assert {race.launches for races in cancelled for race in races} == {0}
+    assert timer._due == {}

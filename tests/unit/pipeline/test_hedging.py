@@ -12,7 +12,7 @@ import pytest
 from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session._pipeline.drive import drive
 from resilient_session._pipeline.hedging.chain import HedgedChain
-from resilient_session._pipeline.hedging.launch import TIMER
+from resilient_session._pipeline.hedging.launch import TIMER, real_monotonic
 from resilient_session._pipeline.hedging.race import RACE, Race
 from resilient_session._pipeline.hedging.stages import race_try
 from resilient_session._pipeline.stages import racing_stages, standard_chain
@@ -251,4 +251,25 @@ def test_a_raced_call_that_ends_before_its_delay_is_one_try(harness, clock, logs
     assert [(e["attempt"], e["decision"], "hedge" in e) for e in logs] == [(1, "success", False)]
     health = h.registry.health()["http://svc.test:80"]
     assert (transport.calls, health.tries, health.hedges, health.cancelled) == (1, 1, 0, 0)
-    assert h.host().hedge._seen == 1
+    assert len(h.host().hedge._samples) == 1
+
+
+def test_no_hedge_while_the_first_try_waits_for_its_own_thread(harness, launched, monkeypatch):
+    """The first try's socket says its answer is in (or its request left late): no hedge goes
+    and no token is taken; the race is looked at again when the socket says, and hedged then
+    if the request has been out for the delay with no answer."""
+    import resilient_session._pipeline.hedging.race as race_module
+
+    waits: list[float] = [0.05, 0.0]
+    monkeypatch.setattr(race_module, "hedge_wait", lambda sock, delay: waits.pop(0))
+    h = harness({"defaults": {"hedging": HEDGING}})
+    race = _race(h)
+    _slow_call(race)
+    tokens = h.host().bucket.snapshot().tokens
+    before = real_monotonic()
+    again = race.launch()
+    assert again is not None
+    assert before + 0.05 <= again <= real_monotonic() + 0.05
+    assert (len(launched), race.launched, h.host().bucket.snapshot().tokens) == (0, 1, tokens)
+    assert race.launch() is None  # max_extra 1: nothing after this hedge
+    assert (len(launched), race.launched) == (1, 2)

@@ -258,3 +258,74 @@ def test_each_watch_is_either_disarmed_or_fired_never_both(clock, dog):
         assert watch.state == (FIRED if was_fired else DISARMED)
         assert sock.shutdowns == (1 if was_fired else 0)
     assert len(dog) == 0
+
+
+def test_a_cut_fires_an_armed_watch_on_the_cutting_thread(clock, dog, pair):
+    """No watchdog thread runs (autostart off): a cut shuts the armed watch's socket down at
+    once, before its instant, and its disarm reports it fired."""
+    ours, _ = pair
+    watch = Watch(60.0, now=clock.monotonic)
+    dog.arm(watch, ours)
+    dog.cut(watch)
+    assert watch.state == FIRED
+    assert ours.recv(1) == b""
+    assert (dog.disarm(watch), len(dog)) == (True, 0)
+
+
+def test_a_watch_cut_before_its_arm_fires_once_armed(clock, dog, pair):
+    """Cut while its connection is still being made: nothing fires yet; once armed it is due
+    at once, and the watchdog's next look shuts its socket down."""
+    ours, _ = pair
+    watch = Watch(60.0, now=clock.monotonic)
+    dog.cut(watch)
+    assert watch.state == IDLE
+    dog.arm(watch, ours)
+    assert dog.fire_due() == 1
+    assert (watch.state, ours.recv(1)) == (FIRED, b"")
+
+
+def test_a_cut_after_the_disarm_leaves_the_socket_alone(clock, dog, pair):
+    """A try that ended first disarmed its watch: a cut arriving late does nothing to it."""
+    ours, theirs = pair
+    watch = Watch(60.0, now=clock.monotonic)
+    dog.arm(watch, ours)
+    assert dog.disarm(watch) is False
+    dog.cut(watch)
+    assert watch.state == DISARMED
+    theirs.sendall(b"x")
+    assert ours.recv(1) == b"x"
+
+
+def test_each_cut_watch_is_either_disarmed_or_fired_never_both(clock, dog):
+    """8 threads cutting 2,000 armed watches while their tries disarm them: each ends exactly
+    one way, its disarm says which, and only the fired ones' sockets are shut down."""
+
+    class _Counting:
+        def __init__(self) -> None:
+            self.shutdowns = 0
+
+        def shutdown(self, how: int) -> None:
+            self.shutdowns += 1
+
+    watches = [Watch(60.0, now=clock.monotonic) for _ in range(2000)]
+    socks = [_Counting() for _ in watches]
+    for watch, sock in zip(watches, socks, strict=True):
+        dog.arm(watch, sock)  # duck-typed: only shutdown() is called
+    disarmed: list[bool] = []
+
+    def cut(index: int) -> None:
+        for watch in watches[index::8]:
+            dog.cut(watch)
+
+    cutters = [threading.Thread(target=cut, args=(index,)) for index in range(8)]
+    for cutter in cutters:
+        cutter.start()
+    disarmed.extend(dog.disarm(watch) for watch in watches)
+    for cutter in cutters:
+        cutter.join(10.0)
+
+    assert not any(cutter.is_alive() for cutter in cutters)
+    for watch, sock, was_fired in zip(watches, socks, disarmed, strict=True):
+        assert watch.state == (FIRED if was_fired else DISARMED)
+        assert sock.shutdowns == (1 if was_fired else 0)
+    assert len(dog) == 0

@@ -4,8 +4,9 @@ send their hedges.
 A first try that is still out when its delay has passed needs a second try in flight while
 the caller's thread waits on the first one's socket. Neither the caller nor a thread of its
 own per call can do that cheaply, so one daemon thread keeps the instant each race is due
-(a dict and one lock, as the watchdog keeps its watches) and hands each due hedge to a small
-pool of daemon workers, at most ``MAX_WORKERS``, started as they are first needed and kept.
+(a dict the callers write without a lock, as the watchdog keeps its watches) and hands each
+due hedge to a small pool of daemon workers, at most ``MAX_WORKERS``, started as they are
+first needed and kept.
 Nothing here starts until a host that hedges sends its first try: with hedging off, no
 thread, no lock and no frame of this module runs.
 """
@@ -32,6 +33,8 @@ _LONGEST_WAIT: Final = threading.TIMEOUT_MAX
 # _TICK apart instead of once a call. _TICK is auto's floor, so an auto race never wakes it.
 _TICK: Final = 0.010
 _BUSY: Final = 1.0
+# A timer thread that woke within this of the instant it slept until was on time.
+_ON_TIME: Final = 0.001
 
 # Races are timed on real time, whatever clock the stages run on, as the watchdog's watches.
 real_monotonic = SYSTEM_CLOCK.monotonic
@@ -102,47 +105,91 @@ class Timer:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        # Races and the instant each is due. schedule() and cancel() write it without the lock,
+        # on every hedged call (item assignment and pop are atomic), as the watchdog keeps its
+        # watches: 64 threads taking one lock twice a call spent more than the race itself.
+        # The thread reads copies of it, and of a cancel() and the thread, whoever pops a race
+        # owns its ending.
         self._due: dict[Due, float] = {}
-        # The instant the thread sleeps until: an earlier race must wake it. Read by schedule()
-        # only while the thread waits: it is set under the lock just before each wait.
+        # Races the thread put back once already for the time it ran late (take_due); the
+        # thread's own.
+        self._put_back: set[Due] = set()
+        # The instant the thread sleeps until; +inf while it is awake or not started, so that
+        # every schedule() then takes the lock, which wakes or starts it.
         self._wake_at = _INF
+        # The same instant, kept for the thread's next look only: how late it woke.
+        self._slept_until = _INF
         self._scheduled_at = -_INF  # when the latest race was given
         self._thread: threading.Thread | None = None
 
     def schedule(self, race: Due, at: float) -> None:
         """Launch *race*'s next hedge at *at* (``real_monotonic``), unless cancelled first."""
+        self._due[race] = at
+        self._scheduled_at = real_monotonic()
+        # Read after the race is in the dict: a thread that went to sleep before this read
+        # sleeps until the instant read here, and one that is awake will see the race.
+        if at < self._wake_at:
+            self._wake_early()
+
+    def _wake_early(self) -> None:
         with self._lock:
-            self._due[race] = at
-            self._scheduled_at = real_monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="resilient-session-hedge-timer", daemon=True
                 )
                 self._thread.start()
-            elif at < self._wake_at:
-                self._wake.notify()
+            self._wake.notify()
 
     def cancel(self, race: Due) -> None:
         """Launch nothing more for *race*."""
-        with self._lock:
-            self._due.pop(race, None)
+        self._due.pop(race, None)
+
+    def take_due(self, now: float, late: float) -> list[Due]:
+        """The races due at *now*, taken off the timer, on its thread with its lock held; the
+        thread looked *late* seconds after the instant it slept until.
+
+        A timer that looks late ran in a process that was not running its threads (a busy
+        interpreter, a starved CPU): a first try it finds overdue may have been answered
+        meanwhile, its answer waiting for its own thread to run, and a stall would otherwise
+        hedge every try in flight at once, spending the budget's tokens and more load on a
+        process already behind. So a race that fell due while the timer was late is first
+        put back by as long as it was overdue, once: a try still out after that is slow at
+        the host, and is hedged even if the timer is late again.
+        """
+        due = self._due
+        looked = due.copy()
+        put_back = self._put_back
+        put_back.intersection_update(looked)  # those cancelled since: forgotten
+        ready: list[Due] = []
+        for race, at in looked.items():
+            if at > now:
+                continue
+            if late > _ON_TIME and race not in put_back:
+                put_back.add(race)
+                # A cancel() in between is undone: that race is launched later, finds its
+                # call answered and sends nothing.
+                due[race] = now + (now - at)
+            elif due.pop(race, None) is not None:  # else cancelled in between
+                put_back.discard(race)
+                ready.append(race)
+        return ready
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 now = real_monotonic()
-                ready = [race for race, at in self._due.items() if at <= now]
-                for race in ready:
-                    del self._due[race]
+                late, self._slept_until = now - self._slept_until, _INF
+                ready = self.take_due(now, late)
                 if not ready:
-                    earliest = min(self._due.values(), default=_INF)
+                    earliest = min(self._due.copy().values(), default=_INF)
                     if now - self._scheduled_at < _BUSY:
                         earliest = min(earliest, now + _TICK)
-                    # Every schedule() since the look above waits on the lock, then compares
-                    # its instant with this one: none is missed.
-                    self._wake_at = earliest
+                    # A schedule() since the look above read +inf and waits on the lock to
+                    # wake the thread, or reads this instant: none is missed.
+                    self._wake_at = self._slept_until = earliest
                     wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
                     self._wake.wait(wait)
+                    self._wake_at = _INF
                     continue
             # Outside the lock: a launch takes the budget's lock and starts a worker.
             for race in ready:

@@ -28,6 +28,7 @@ from resilient_session._pipeline.attempt import (
 )
 from resilient_session._pipeline.drive import Next
 from resilient_session._state.hedge import HedgeState
+from resilient_session._transport.arrival import hedge_wait
 from resilient_session._transport.watchdog import WATCHDOG, Watch
 from resilient_session.errors import HedgeCancelled
 
@@ -114,9 +115,9 @@ class Race:
             TIMER.schedule(self, real_monotonic() + self._delay)
         return not lost
 
-    def answered(self, number: int, seconds: float) -> bool:
-        """Try *number* ended after *seconds* on the wire; True when it was the first, in
-        which case every other try still out is cut."""
+    def answered(self, number: int, seconds: float, fired: bool = False) -> bool:
+        """Try *number* ended after *seconds* on the wire, cut short if its watch *fired*;
+        True when it was the first, in which case every other try still out is cut."""
         with self._lock:
             self._wire.pop(number, None)
             won = self.winner is None
@@ -131,10 +132,10 @@ class Race:
             TIMER.cancel(self)
         for watch in cut:
             WATCHDOG.cut(watch)
-        # The first try's time, cut or not (a cut one was out at least that long), and a
-        # hedge's when it answered: a cut hedge's says nothing of the host.
-        if number == 1 or won:
-            self.hedge.record(seconds)
+        if number == 1:
+            # Only the first try teaches the delay; a hedge out against it as it answered
+            # is on the wire still, about to be cut.
+            self.hedge.learn(seconds, self._delay, raced=bool(cut), cut=fired or not won)
         if number > 1 and won:
             self.hedge.count(wins=1)
         elif not won:
@@ -172,8 +173,10 @@ class Race:
     # --- on the timer's thread and the workers ------------------------------------------------
 
     def launch(self) -> float | None:
-        """Send the next hedge if the race is still open, a try number is left, the deadline
-        has not passed and the budget pays a token; when the one after is due, if any."""
+        """Send the next hedge if the race is still open, its first try's request has been
+        out for the delay with no answer (as far as its socket tells: ``_transport/
+        arrival.py``), a try number is left, the deadline has not passed and the budget pays a
+        token; when to look again, if ever."""
         call = self.call
         policy = call.state.policy
         most = min(policy.retry.max_attempts, policy.hedging.max_extra + 1)
@@ -181,6 +184,13 @@ class Race:
             number = self.launched + 1
             if self.winner is not None or number > most:
                 return None
+            first = self._wire.get(1)
+        if first is not None and self._delay is not None:
+            # A try whose answer is in, or whose request left late, is waiting for its own
+            # thread: a hedge would only add load to a process already behind.
+            wait = hedge_wait(first.sock, self._delay)
+            if wait > 0:
+                return real_monotonic() + wait
         deadline_at = call.deadline_at
         if deadline_at is not None and call.runtime.clock.monotonic() >= deadline_at:
             return None

@@ -44,7 +44,7 @@ def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
     finally:
         WATCHED.reset(token)
         fired = settle(watch)
-        won = race.answered(number, real_monotonic() - started)
+        won = race.answered(number, real_monotonic() - started, fired)
     if not won:
         response = outcome.response
         if response is not None:
