@@ -3,20 +3,19 @@ body bytes each answer got into its socket: what a client read, plus what the bu
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
-import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .raw_server import WAIT, RawServer, path_of, read_head, send_counted
 
 # Where an "endless" body stops, so that a client that reads on for ever still ends.
 ENDLESS = 64 * 1024 * 1024
 PIECE = 1000  # bytes per send: the count of what went out is exact to the send
 # The server's send buffer, as asked; the kernel doubles it (socket(7)).
 SEND_BUFFER = 4096
-_WAIT = 10.0  # the longest any send or receive waits: a test never hangs on this server
 GZIP_PIECE = 1024 * 1024  # decoded bytes per send of a gzip body
 
 
@@ -58,43 +57,16 @@ class Served:
     ended: threading.Event = field(default_factory=threading.Event)
 
 
-class Flood:
+class Flood(RawServer):
     """The server: each path plays its Body list in order, the last one repeating."""
 
     def __init__(self) -> None:
+        super().__init__(accepting_for=120.0, send_buffer=SEND_BUFFER)
         self._scripts: dict[str, list[Body]] = {}
-        self._stop = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
-        self._listener.settimeout(0.05)
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._open: set[socket.socket] = set()
-        self.connections = 0
         self.served: list[Served] = []
-        self._accepter = threading.Thread(target=self._accept, daemon=True)
 
     def script(self, path: str, *bodies: Body) -> None:
         self._scripts[path] = list(bodies)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}{path}"
-
-    def __enter__(self) -> Flood:
-        self._accepter.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._accepter.join(_WAIT)
-        with self._lock:
-            still_open = list(self._open)
-        for conn in still_open:
-            # A connection kept alive waits for its next request: end that wait.
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(_WAIT)
-        self._listener.close()
 
     def settle(self) -> list[Served]:
         """Bounded: wait until every answer so far has ended (sent whole, or cut off by the
@@ -102,51 +74,27 @@ class Flood:
         with self._lock:
             served = list(self.served)
         for one in served:
-            one.ended.wait(_WAIT)
+            one.ended.wait(WAIT)
         return served
 
-    def _accept(self) -> None:
-        limit = time.monotonic() + 120.0
-        while not self._stop.is_set() and time.monotonic() < limit:
-            with contextlib.suppress(TimeoutError):
-                conn, _ = self._listener.accept()
-                with self._lock:
-                    self.connections += 1
-                thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-                self._threads.append(thread)
-                thread.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        conn.settimeout(_WAIT)
-        with self._lock:
-            self._open.add(conn)
-        try:
-            self._requests(conn)
-        finally:
+    def serve(self, conn: socket.socket, serial: int) -> None:
+        buffer = b""
+        for _ in range(20):  # requests on one connection
+            read = read_head(conn, buffer)
+            if read is None:
+                return
+            head, buffer = read
+            path = path_of(head)
             with self._lock:
-                self._open.discard(conn)
-
-    def _requests(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            for _ in range(20):  # requests on one connection
-                head = b""
-                while b"\r\n\r\n" not in head and len(head) < 65536:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    head += data
-                path = head.split(b" ", 2)[1].decode()
-                with self._lock:
-                    bodies = self._scripts.get(path, [Body(size=2, framing="length")])
-                    body = bodies.pop(0) if len(bodies) > 1 else bodies[0]
-                    served = Served(path, body.status)
-                    self.served.append(served)
-                try:
-                    if not self._answer(conn, body, served):
-                        return
-                finally:
-                    served.ended.set()
+                bodies = self._scripts.get(path, [Body(size=2, framing="length")])
+                body = bodies.pop(0) if len(bodies) > 1 else bodies[0]
+                served = Served(path, body.status)
+                self.served.append(served)
+            try:
+                if not self._answer(conn, body, served):
+                    return
+            finally:
+                served.ended.set()
 
     def _answer(self, conn: socket.socket, body: Body, served: Served) -> bool:
         """Send *body*; True when the connection may carry another request."""
@@ -168,7 +116,7 @@ class Flood:
             # server's included.
             self._send(conn, _ZEROS_START, served, chunked=chunked)
             for _ in range(ENDLESS // GZIP_PIECE):
-                if self._stop.is_set():
+                if self.stopping():
                     break
                 self._send(conn, _ZEROS_MORE, served, chunked=chunked)
         elif body.gzip:
@@ -181,7 +129,7 @@ class Flood:
             self._send(conn, compressor.flush(), served, chunked=chunked)
         else:
             left = ENDLESS if body.size is None else body.size
-            while left > 0 and not self._stop.is_set():
+            while left > 0 and not self.stopping():
                 size = min(PIECE, left)
                 left -= size
                 self._send(conn, b"x" * size, served, chunked=chunked)
@@ -195,10 +143,6 @@ class Flood:
             return
         if chunked:
             conn.sendall(f"{len(data):x}\r\n".encode())
-        view = memoryview(data)
-        while view:
-            count = conn.send(view)
-            served.sent += count
-            view = view[count:]
+        send_counted(conn, data, served)
         if chunked:
             conn.sendall(b"\r\n")
