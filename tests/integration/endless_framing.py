@@ -9,7 +9,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from .raw_server import WAIT, RawServer, path_of, read_head, send_counted
+from .raw_server import WAIT, RawServer, requests_on, send_counted
 
 # Where an "endless" answer stops (then ends its message properly), so that a client that
 # reads on for ever still ends, having read this much.
@@ -67,13 +67,8 @@ class EndlessFraming(RawServer):
         return answers
 
     def serve(self, conn: socket.socket, serial: int) -> None:
-        buffer = b""
-        for _ in range(20):  # requests on one connection
-            read = read_head(conn, buffer)
-            if read is None:
-                return
-            head, buffer = read
-            answer = Sent(path_of(head))
+        for _, path in requests_on(conn, 20):
+            answer = Sent(path)
             with self._lock:
                 self.answers.append(answer)
             try:

@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .raw_server import WAIT, RawServer, path_of, read_head, send_counted
+from .raw_server import WAIT, RawServer, requests_on, send_counted
 
 # Where an "endless" body stops, so that a client that reads on for ever still ends.
 ENDLESS = 64 * 1024 * 1024
@@ -78,13 +78,7 @@ class Flood(RawServer):
         return served
 
     def serve(self, conn: socket.socket, serial: int) -> None:
-        buffer = b""
-        for _ in range(20):  # requests on one connection
-            read = read_head(conn, buffer)
-            if read is None:
-                return
-            head, buffer = read
-            path = path_of(head)
+        for _, path in requests_on(conn, 20):
             with self._lock:
                 bodies = self._scripts.get(path, [Body(size=2, framing="length")])
                 body = bodies.pop(0) if len(bodies) > 1 else bodies[0]

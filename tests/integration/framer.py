@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from .raw_server import RawServer, path_of, read_head
+from .raw_server import RawServer, requests_on
 
 GAP = 0.1  # between trickled bytes: far under any read timeout, so no single read times out
 TRICKLE = 100  # bytes trickled: 10 s of framing against a 1 s deadline
@@ -37,13 +37,7 @@ class Framer(RawServer):
         self.joined()
 
     def serve(self, conn: socket.socket, serial: int) -> None:
-        buffer = b""
-        for _ in range(20):  # requests on one connection
-            read = read_head(conn, buffer)
-            if read is None:
-                return
-            head, buffer = read
-            path = path_of(head)
+        for _, path in requests_on(conn, 20):
             with self._lock:
                 self.requests.append(path)
             closing = b"Connection: close\r\n" if self._close else b""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from .raw_server import RawServer, path_of, read_head
+from .raw_server import RawServer, requests_on
 
 _MAX_REQUESTS = 50  # per connection
 
@@ -35,13 +35,7 @@ class InterimUpstream(RawServer):
         self._scripts[path] = interim
 
     def serve(self, conn: socket.socket, serial: int) -> None:
-        buffer = b""
-        for number in range(1, _MAX_REQUESTS + 1):
-            read = read_head(conn, buffer)
-            if read is None:
-                return
-            head, buffer = read
-            path = path_of(head)
+        for number, path in requests_on(conn, _MAX_REQUESTS):
             with self._lock:
                 self.requests.append((serial, path))
             interim = self._scripts.get(path, Interim(statuses=()))

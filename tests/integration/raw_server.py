@@ -9,6 +9,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -120,6 +121,18 @@ def read_head(conn: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes] |
         buffer += data
     head, _, rest = buffer.partition(b"\r\n\r\n")
     return head, rest
+
+
+def requests_on(conn: socket.socket, most: int) -> Iterator[tuple[int, str]]:
+    """Each request on the keep-alive connection *conn*, up to *most* of them: its number on
+    the connection (from 1) and its path, once its head is read; ends when the client closes."""
+    buffer = b""
+    for number in range(1, most + 1):
+        read = read_head(conn, buffer)
+        if read is None:
+            return
+        head, buffer = read
+        yield number, path_of(head)
 
 
 def path_of(head: bytes) -> str:
