@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import pytest
+import redis
 from devservers.redis_cluster import RedisClusterNodes
 from devservers.redis_sentinel import RedisSentinels
 from devservers.redis_server import RedisPartMissing, RedisServer
@@ -155,6 +156,30 @@ def fleet_sessions() -> Iterator[Callable[[int, dict[str, Any]], list[ResilientS
         sessions = [ResilientSession(config) for _ in range(count)]
         made.extend(sessions)
         return sessions
+
+    yield make
+    for session in made:
+        session.close()
+
+
+@pytest.fixture
+def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client to the test Redis, as a co-tenant or a stranger with rights would hold."""
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sessions() -> Iterator[Callable[..., ResilientSession]]:
+    """``sessions(config, *hooks)``: a session of its own registry telling *hooks*; all
+    closed when the test ends."""
+    made: list[ResilientSession] = []
+
+    def make(config: dict[str, Any], *hooks: Any) -> ResilientSession:
+        session = ResilientSession(config, try_hooks=list(hooks))
+        made.append(session)
+        return session
 
     yield make
     for session in made:

@@ -10,6 +10,7 @@ from typing import Any
 import requests
 
 from resilient_session import CircuitOpenError, ResilientSession
+from resilient_session._state.fleet import push
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.testing.upstream import FlakyUpstream
 
@@ -99,3 +100,9 @@ class Callers:
 
 def state_events(logs: list[Any]) -> list[str]:
     return [event["event"] for event in logs if event["event"].startswith("state.")]
+
+
+def subscribed(client: Any, prefix: str, count: int) -> Callable[[], bool]:
+    """A check: *count* listeners are subscribed to the openings channel of *prefix*."""
+    channel = push.channel(prefix)
+    return lambda: int(dict(client.pubsub_numsub(channel)).get(channel.encode(), 0)) == count

@@ -5,7 +5,7 @@ Each is corrected on read, logged once, and costs the host nothing it would not 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,6 @@ pytestmark = pytest.mark.integration
 INTERVAL_MS = 50
 RECOVERY_MAX = 0.5
 CENTURIES_MS = 285 * 365 * 86_400_000
-
-
-@pytest.fixture
-def admin(redis_server) -> Iterator[redis.Redis]:
-    """A plain client to the test Redis, as a co-tenant would hold."""
-    client = redis.Redis.from_url(redis_server.url)
-    yield client
-    client.close()
 
 
 def _session(url: str, prefix: str, **sections: Any) -> ResilientSession:

@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 import redis
-from devservers.redis_server import RedisServer
 
 from resilient_session import CircuitOpenError, ResilientSession
-from resilient_session._observe.hooks import StateChange, TryHook, TryRecord, TrySending
+from resilient_session._observe.hooks import StateChange, TryRecord, TrySending
 from resilient_session._state.breaker import TryResult
 from resilient_session._state.fleet import inbox, push
 from resilient_session._state.fleet.redis_backend import RedisBackend
@@ -31,6 +30,7 @@ from resilient_session.config import load
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .conftest import FAST_RETRY
+from .fleet_calls import subscribed
 
 pytestmark = pytest.mark.integration
 
@@ -90,37 +90,6 @@ class Heard:
         self.changes.append((change.host, change.to_state.value, thread))
 
 
-@pytest.fixture
-def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def sessions() -> Iterator[Callable[..., ResilientSession]]:
-    """``sessions(config, *hooks)``: a session, closed when the test ends."""
-    made: list[ResilientSession] = []
-
-    def make(config: dict[str, Any], *hooks: TryHook) -> ResilientSession:
-        session = ResilientSession(config, try_hooks=list(hooks))
-        made.append(session)
-        return session
-
-    yield make
-    for session in made:
-        session.close()
-
-
-def _subscribed(client: redis.Redis, prefix: str, count: int) -> Callable[[], bool]:
-    channel = push.channel(prefix)
-
-    def check() -> bool:
-        return int(dict(client.pubsub_numsub(channel)).get(channel.encode(), 0)) == count
-
-    return check
-
-
 # -- the tries after the first opening ----------------------------------------------------------
 
 
@@ -164,7 +133,7 @@ def test_after_the_fleets_first_opening_at_most_two_more_tries_reach_the_host(
     fleet = [sessions(config, tally) for _ in range(WORKERS)]
     for session in fleet:
         assert session.get(upstream.url("/")).status_code == 200
-    _wait_until(_subscribed(admin, key_prefix, WORKERS))
+    _wait_until(subscribed(admin, key_prefix, WORKERS))
     refused = [0] * WORKERS
 
     def work(index: int) -> None:
@@ -242,7 +211,7 @@ def _held_back(
     session = sessions(_config(url, prefix))
     key = _key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
-    _wait_until(_subscribed(admin, prefix, 1))
+    _wait_until(subscribed(admin, prefix, 1))
     backend = session.registry.backend
     assert isinstance(backend, RedisBackend)
     _wait_until(lambda: _known(session, key) > 0)
@@ -378,17 +347,17 @@ def test_a_push_missed_is_caught_by_the_next_sync_and_the_listener_comes_back_qu
     try:
         for session in (failing, following):
             assert session.get(upstream.url("/")).status_code == 200
-        _wait_until(_subscribed(admin, key_prefix, 2))
+        _wait_until(subscribed(admin, key_prefix, 2))
         admin.acl_setuser("default", enabled=True, commands=["-subscribe"])
         admin.client_kill_filter(_type="pubsub")
-        _wait_until(_subscribed(admin, key_prefix, 0))
+        _wait_until(subscribed(admin, key_prefix, 0))
         for _ in range(THRESHOLD):
             failing.get(upstream.url("/down"))
         assert failing.health()[key].breaker.value == "open"
         _wait_until(lambda: following.health()[key].breaker.value == "open", timeout=1.0)
         assert heard.changes == [(key, "open", SYNC_THREAD)]
         admin.acl_setuser("default", enabled=True, commands=["+subscribe"])
-        _wait_until(_subscribed(admin, key_prefix, 2))
+        _wait_until(subscribed(admin, key_prefix, 2))
     finally:
         admin.close()
     assert [e["event"] for e in logs if e["event"].startswith("state.")] == []
@@ -420,7 +389,7 @@ def test_idle_hosts_cost_no_sync_and_hear_an_opening_pushed(own_redis, key_prefi
     assert isinstance(backend, RedisBackend)
     admin = redis.Redis.from_url(own_redis.url)
     try:
-        _wait_until(_subscribed(admin, key_prefix, 2))
+        _wait_until(subscribed(admin, key_prefix, 2))
         states = [idle.for_url(f"http://h{n}.idle.test/") for n in range(hosts)]
         for state in states:
             _try(state)
@@ -523,11 +492,11 @@ def test_close_stops_the_listener_and_drops_its_subscription(redis_server, admin
     before = _listeners()
     made = [ResilientSession(_config(redis_server.url, key_prefix)) for _ in range(3)]
     assert _listeners() == before + 3
-    _wait_until(_subscribed(admin, key_prefix, 3))
+    _wait_until(subscribed(admin, key_prefix, 3))
     for session in made:
         session.close()
     assert _listeners() == before
-    _wait_until(_subscribed(admin, key_prefix, 0))
+    _wait_until(subscribed(admin, key_prefix, 0))
 
 
 def test_a_session_dropped_without_close_stops_its_listener(redis_server, admin, key_prefix):
@@ -535,7 +504,7 @@ def test_a_session_dropped_without_close_stops_its_listener(redis_server, admin,
     the thread's next look, and the subscription goes with it."""
     before = _listeners()
     session = ResilientSession(_config(redis_server.url, key_prefix))
-    _wait_until(_subscribed(admin, key_prefix, 1))
+    _wait_until(subscribed(admin, key_prefix, 1))
     del session
 
     def collected() -> bool:
@@ -545,7 +514,7 @@ def test_a_session_dropped_without_close_stops_its_listener(redis_server, admin,
         return _listeners() == before
 
     _wait_until(collected, timeout=5.0)
-    _wait_until(_subscribed(admin, key_prefix, 0))
+    _wait_until(subscribed(admin, key_prefix, 0))
 
 
 def test_redis_restarted_the_listener_subscribes_again_quietly(
@@ -558,12 +527,12 @@ def test_redis_restarted_the_listener_subscribes_again_quietly(
     key = _key(upstream)
     try:
         assert session.get(upstream.url("/")).status_code == 200
-        _wait_until(_subscribed(admin, key_prefix, 1))
+        _wait_until(subscribed(admin, key_prefix, 1))
         own_redis.kill()
         _wait_until(lambda: session.health()[key].state_degraded)
         own_redis.start()
         _wait_until(lambda: not session.health()[key].state_degraded)
-        _wait_until(_subscribed(admin, key_prefix, 1))
+        _wait_until(subscribed(admin, key_prefix, 1))
     finally:
         admin.close()
     assert [e["event"] for e in logs if e["event"].startswith("state.")] == [
@@ -573,7 +542,7 @@ def test_redis_restarted_the_listener_subscribes_again_quietly(
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12 warns on fork with threads
-def test_a_forked_worker_hears_openings_and_leaves_the_parent_subscribed(
+def test_a_forked_worker_hears_openings_and_leaves_the_parentsubscribed(
     redis_server, admin, key_prefix, upstream
 ):
     """A session made before a fork: the child subscribes on a listener of its own and hears
@@ -584,7 +553,7 @@ def test_a_forked_worker_hears_openings_and_leaves_the_parent_subscribed(
     key = _key(upstream)
     try:
         assert session.get(upstream.url("/")).status_code == 200
-        _wait_until(_subscribed(admin, key_prefix, 1))
+        _wait_until(subscribed(admin, key_prefix, 1))
         ready, go = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: report through the exit status only
@@ -592,7 +561,7 @@ def test_a_forked_worker_hears_openings_and_leaves_the_parent_subscribed(
             try:
                 os.close(ready)
                 client = redis.Redis.from_url(redis_server.url)
-                _wait_until(_subscribed(client, key_prefix, 2))
+                _wait_until(subscribed(client, key_prefix, 2))
                 SYSTEM_CLOCK.sleep(0.2)  # past the child's first sync, which reads the fleet
                 os.write(go, b"x")
                 _wait_until(lambda: session.health()[key].breaker.value == "open", timeout=2.0)
@@ -607,7 +576,7 @@ def test_a_forked_worker_hears_openings_and_leaves_the_parent_subscribed(
         assert session.health()[key].breaker.value == "open"
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-        _wait_until(_subscribed(admin, key_prefix, 1))
+        _wait_until(subscribed(admin, key_prefix, 1))
     finally:
         session.close()
 
@@ -646,7 +615,7 @@ def test_what_a_stranger_publishes_costs_at_most_an_opening_until_the_next_sync(
     key = _key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
     channel = push.channel(key_prefix)
-    _wait_until(_subscribed(admin, key_prefix, 1))
+    _wait_until(subscribed(admin, key_prefix, 1))
     _wait_until(lambda: _known(session, key) > 0)
     for junk in (b"", b"nonsense", b"1:2", b"x:1:" + key.encode(), b"\xff:1:h"):
         admin.publish(channel, junk)

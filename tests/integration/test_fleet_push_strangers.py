@@ -11,12 +11,11 @@ import functools
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
-from devservers.redis_server import RedisServer
 
 from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._observe.hooks import StateChange, TryRecord
@@ -26,7 +25,7 @@ from resilient_session.testing.upstream import FlakyUpstream, Reply
 from tests.threads import run_together
 
 from .conftest import FAST_RETRY
-from .fleet_calls import host_key, wait_until
+from .fleet_calls import host_key, subscribed, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -52,34 +51,6 @@ def _config(
             "timeout_ms": 200,
         },
     }
-
-
-@pytest.fixture
-def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A plain client to the test Redis, as a stranger with publish rights would hold."""
-    client = redis.Redis.from_url(redis_server.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def sessions() -> Iterator[Callable[..., ResilientSession]]:
-    """``sessions(config, *hooks)``: a session, closed when the test ends."""
-    made: list[ResilientSession] = []
-
-    def make(config: dict[str, Any], *hooks: Any) -> ResilientSession:
-        session = ResilientSession(config, try_hooks=list(hooks))
-        made.append(session)
-        return session
-
-    yield make
-    for session in made:
-        session.close()
-
-
-def _subscribed(admin: redis.Redis, prefix: str, count: int) -> Callable[[], bool]:
-    channel = push.channel(prefix)
-    return lambda: int(dict(admin.pubsub_numsub(channel)).get(channel.encode(), 0)) == count
 
 
 def _generation(admin: redis.Redis, prefix: str, key: str) -> int:
@@ -154,7 +125,7 @@ def _two_workers_whose_keys_are_gone(
     key = host_key(upstream)
     for session in fleet:
         assert session.get(upstream.url("/")).status_code == 200
-    wait_until(_subscribed(admin, prefix, 2))
+    wait_until(subscribed(admin, prefix, 2))
     wait_until(lambda: all(_known(session, key) > 0 for session in fleet))
     return fleet, key
 
@@ -244,7 +215,7 @@ def test_an_acl_that_keeps_the_channel_to_the_fleet_refuses_a_strangers_publish(
         key = host_key(upstream)
         for session in (failing, following):
             assert session.get(upstream.url("/")).status_code == 200
-        wait_until(_subscribed(admin, key_prefix, 2))
+        wait_until(subscribed(admin, key_prefix, 2))
         wait_until(lambda: _known(following, key) > 0)
         for _ in range(5):
             assert failing.get(upstream.url("/down")).status_code == 503
@@ -270,7 +241,7 @@ def test_an_opening_pushed_far_ahead_of_the_fleets_generation_is_not_followed(
     )
     key = host_key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
-    wait_until(_subscribed(admin, key_prefix, 1))
+    wait_until(subscribed(admin, key_prefix, 1))
     wait_until(lambda: _known(session, key) > 0)
     generation = _generation(admin, key_prefix, key)
     for forged in (generation + 65, LAST_GENERATION):
@@ -294,7 +265,7 @@ def test_one_forged_opening_replayed_every_5_ms_is_followed_once(
     )
     key = host_key(upstream)
     assert session.get(upstream.url("/")).status_code == 200
-    wait_until(_subscribed(admin, key_prefix, 1))
+    wait_until(subscribed(admin, key_prefix, 1))
     wait_until(lambda: _known(session, key) > 0)
     message = f"{_generation(admin, key_prefix, key) + 1}:30000:{key}"
     stop = threading.Event()
@@ -379,7 +350,7 @@ def test_a_flood_of_what_is_no_opening_here_holds_tries_a_few_percent_of_the_tim
     session = sessions(_config(redis_server.url, key_prefix, 5, 100, recovery_timeout=30.0))
     url = upstream.url("/")
     assert session.get(url).status_code == 200
-    wait_until(_subscribed(admin, key_prefix, 1))
+    wait_until(subscribed(admin, key_prefix, 1))
     breaker: Any = session.registry.for_url(url).breaker
     held = _Held(breaker.heed)
     breaker.heed = held

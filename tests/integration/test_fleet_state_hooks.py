@@ -6,13 +6,12 @@ the event that logs them."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from resilient_session import ResilientSession
 from resilient_session._observe.hooks import BackendChange, BackendHook, StateChange, TryRecord
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.testing.upstream import FlakyUpstream, Reply
@@ -65,22 +64,6 @@ def _config(url: str, prefix: str, timeout_ms: int = 100) -> dict[str, Any]:
         "timeout_ms": timeout_ms,
     }
     return {"defaults": defaults, "state": state}
-
-
-@pytest.fixture
-def sessions() -> Iterator[Callable[[dict[str, Any], Recorder], ResilientSession]]:
-    """``sessions(config, hook)``: a session of its own registry telling *hook*; all closed
-    when the test ends."""
-    made: list[ResilientSession] = []
-
-    def make(config: dict[str, Any], hook: Recorder) -> ResilientSession:
-        session = ResilientSession(config, try_hooks=[hook])
-        made.append(session)
-        return session
-
-    yield make
-    for session in made:
-        session.close()
 
 
 def _wait_until(check: Callable[[], bool], timeout: float = 3.0) -> None:
