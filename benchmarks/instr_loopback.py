@@ -19,16 +19,14 @@ inherit the environment.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
-import os
-import re
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 from typing import Any
+
+from instr_meter import instructions, per_call
 
 WARM = 200
 TIMEOUT = (5.0, 30.0)
@@ -57,12 +55,9 @@ def child(which: str, n: int, factory: str, port: int) -> None:
 
 def count(which: str, n: int, factory: str, port: int) -> int:
     """User-space instructions of one child process, counted by cachegrind."""
-    with tempfile.TemporaryDirectory() as scratch:
-        command = [
-            "valgrind",
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            f"--cachegrind-out-file={os.path.join(scratch, 'cg.out')}",
+    return instructions(
+        "valgrind",
+        [
             sys.executable,
             __file__,
             "--run",
@@ -72,29 +67,8 @@ def count(which: str, n: int, factory: str, port: int) -> int:
             factory,
             "--port",
             str(port),
-        ]
-        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
-        # The command is this script under valgrind, built above from fixed parts.
-        done = subprocess.run(  # noqa: S603
-            command, capture_output=True, text=True, env=env, timeout=1800
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"child failed ({which}, n={n}): {done.stderr.strip()[-400:]}")
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    if found is None:
-        raise SystemExit(f"cachegrind printed no count: {done.stderr.strip()[-400:]}")
-    return int(found.group(1).replace(",", ""))
-
-
-def per_call(which: str, n: int, reps: int, factory: str, port: int) -> dict[str, Any]:
-    base = [count(which, 0, factory, port) for _ in range(reps)]
-    full = [count(which, n, factory, port) for _ in range(reps)]
-    values = [(f - b) / n for b, f in zip(base, full, strict=True)]
-    return {
-        "per_call": statistics.median(values),
-        "spread": max(values) - min(values),
-        "runs": values,
-    }
+        ],
+    )
 
 
 def main() -> None:
@@ -120,7 +94,12 @@ def main() -> None:
     sides = (args.only,) if args.only else ("plain", "candidate")
     with Upstream() as upstream:
         for which in sides:
-            out[which] = per_call(which, args.calls, args.reps, args.factory, upstream.ports[0])
+            port = upstream.ports[0]
+            out[which] = per_call(
+                functools.partial(count, which, factory=args.factory, port=port),
+                args.calls,
+                args.reps,
+            )
             result = out[which]
             runs = ", ".join(f"{value:,.0f}" for value in result["runs"])
             print(f"{which}: {result['per_call']:,.0f} instructions per call ({runs})", flush=True)

@@ -23,6 +23,7 @@ Usage (from the project root, in a venv with the project installed):
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -30,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 URL = "http://127.0.0.1:9/perf/item?id=1"
@@ -136,35 +138,43 @@ def pick_meter() -> str:
 
 
 def count(meter: str, which: str, n: int, factory: str, structlog_mode: str) -> int:
-    """Instructions one whole child process runs."""
-    child_cmd = [
-        sys.executable,
-        __file__,
-        "--run",
-        which,
-        str(n),
-        "--factory",
-        factory,
-        "--structlog",
-        structlog_mode,
-    ]
+    """Instructions one whole child process of this meter runs."""
+    return instructions(
+        meter,
+        [
+            sys.executable,
+            __file__,
+            "--run",
+            which,
+            str(n),
+            "--factory",
+            factory,
+            "--structlog",
+            structlog_mode,
+        ],
+    )
+
+
+def instructions(meter: str, command: list[str]) -> int:
+    """The user-space instructions *command* runs, counted by *meter* (``perf`` or
+    ``valgrind``)."""
     if meter == "perf":
-        cmd = ["perf", "stat", "-x,", "-e", "instructions:u", *child_cmd]
+        cmd = ["perf", "stat", "-x,", "-e", "instructions:u", *command]
     else:
         cmd = [
             "valgrind",
             "--tool=cachegrind",
             "--cache-sim=no",
             "--cachegrind-out-file=/dev/null",
-            *child_cmd,
+            *command,
         ]
     # A fixed hash seed: set and dict layouts, and so the count, repeat from run to run.
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
-    p = subprocess.run(  # noqa: S603 - this interpreter and this file
+    p = subprocess.run(  # noqa: S603 - a benchmark's own child, built from fixed parts
         cmd, capture_output=True, text=True, env=env, timeout=1800, check=False
     )
     if p.returncode != 0:
-        raise SystemExit(f"child failed ({which}, n={n}): {p.stderr.strip()[-400:]}")
+        raise SystemExit(f"child failed ({' '.join(command[2:])}): {p.stderr.strip()[-400:]}")
     for line in p.stderr.splitlines():
         if meter == "perf":
             parts = line.split(",")
@@ -175,11 +185,11 @@ def count(meter: str, which: str, n: int, factory: str, structlog_mode: str) -> 
     raise SystemExit(f"{meter} printed no instruction count: {p.stderr.strip()[-400:]}")
 
 
-def per_call(
-    meter: str, which: str, n: int, reps: int, factory: str, structlog_mode: str
-) -> dict[str, Any]:
-    base = [count(meter, which, 0, factory, structlog_mode) for _ in range(reps)]
-    full = [count(meter, which, n, factory, structlog_mode) for _ in range(reps)]
+def per_call(count_at: Callable[[int], int], n: int, reps: int) -> dict[str, Any]:
+    """Instructions per call: ``count_at(k)`` counts a process that makes k calls after its
+    warm-up; the process without calls is taken from the one with *n*, *reps* times."""
+    base = [count_at(0) for _ in range(reps)]
+    full = [count_at(n) for _ in range(reps)]
     values = [(f - b) / n for b, f in zip(base, full, strict=True)]
     return {
         "per_call": statistics.median(values),
@@ -205,7 +215,11 @@ def main() -> None:
     meter = pick_meter()
     out: dict[str, Any] = {"calls": a.calls, "structlog": a.structlog, "meter": meter}
     for which in ("plain", "candidate"):
-        out[which] = per_call(meter, which, a.calls, a.reps, a.factory, a.structlog)
+        out[which] = per_call(
+            functools.partial(count, meter, which, factory=a.factory, structlog_mode=a.structlog),
+            a.calls,
+            a.reps,
+        )
     p, c = out["plain"]["per_call"], out["candidate"]["per_call"]
     out["added_per_call"] = c - p
     out["ratio"] = c / p
