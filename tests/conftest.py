@@ -92,3 +92,10 @@ def harness(clock: FakeClock, rng: random.Random) -> Callable[..., Harness]:
         return Harness(clock, rng, config)
 
     return build
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every ``@pytest.mark.anyio`` test runs under both event loops anyio drives."""
+    backend: str = request.param
+    return backend

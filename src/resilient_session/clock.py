@@ -1,5 +1,5 @@
-"""The one injectable source of time: monotonic instants, wall time and sleeping; and the
-default source of the jitter drawn for waits."""
+"""The one injectable source of time: monotonic instants, wall time and sleeping, blocking or
+awaited; and the default source of the jitter drawn for waits."""
 
 from __future__ import annotations
 
@@ -20,14 +20,20 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None:
         """Block for *seconds*."""
 
+    async def asleep(self, seconds: float) -> None:
+        """Wait *seconds* without blocking the event loop (asyncio or trio): what an async
+        caller awaits wherever a sync one would call :meth:`sleep`."""
+
 
 class SystemClock:
     """The real clock.
 
     Reading it calls the ``time`` functions themselves, so the hot path pays no Python frame
     for it; sleeping looks ``time.sleep`` up on each call, so a test that patches it sees
-    every sleep. While ``resilient_session.testing.fast()`` is on, it replaces the three
-    methods on the class: sleeps are recorded, not slept, and readings move on by them.
+    every sleep. An awaited sleep is anyio's, so it works under whichever event loop anyio
+    finds running (asyncio or trio). While ``resilient_session.testing.fast()`` is on, it
+    replaces the four methods on the class: sleeps are recorded, not slept, and readings move
+    on by them.
     """
 
     __slots__ = ()
@@ -38,6 +44,13 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)  # noqa: TID251 - the one place that really sleeps
+
+    async def asleep(self, seconds: float) -> None:
+        # anyio comes with the httpx extra and is imported on the first awaited sleep, so
+        # `import resilient_session` never loads it, nor an event loop's modules.
+        import anyio
+
+        await anyio.sleep(seconds)
 
     def __reduce__(self) -> str:
         # Unpickles to the shared singleton rather than a copy.

@@ -22,7 +22,7 @@ from resilient_session.clock import SYSTEM_CLOCK, SystemClock, fix_jitter_seed
 
 __all__ = ["FastMode", "fast"]
 
-_REAL = {name: SystemClock.__dict__[name] for name in ("monotonic", "wall", "sleep")}
+_REAL = {name: SystemClock.__dict__[name] for name in ("monotonic", "wall", "sleep", "asleep")}
 _real_monotonic = SYSTEM_CLOCK.monotonic
 _real_wall = SYSTEM_CLOCK.wall
 
@@ -49,10 +49,16 @@ def _sleep(seconds: float) -> None:
                 mode.waits.append(seconds)
 
 
+async def _asleep(seconds: float) -> None:
+    # Recorded as a sleep is, without a turn of the event loop: as FakeClock's.
+    _sleep(seconds)
+
+
 _FAST = {
     "monotonic": staticmethod(_monotonic),
     "wall": staticmethod(_wall),
     "sleep": staticmethod(_sleep),
+    "asleep": staticmethod(_asleep),
 }
 
 
