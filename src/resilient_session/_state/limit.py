@@ -19,12 +19,14 @@ docs/configuration.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from resilient_session.clock import Clock, SystemClock
 from resilient_session.config.policy import LimitPolicy
+
+from .wakeup import TaskWakeup, wake_all
 
 
 class Signal(Enum):
@@ -45,6 +47,10 @@ _IGNORE = Signal.IGNORE
 
 Waiter = Callable[[threading.Condition, float], object]
 """Blocks on the condition (its lock held) for at most the given seconds of the clock's time."""
+
+AsyncWaiter = Callable[[TaskWakeup, float], Awaitable[object]]
+"""Awaits, no lock held and the loop never blocked, until the wake-up is woken or the given
+seconds of the clock's time have passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,12 @@ class ConcurrencyLimit:
     below the flight). Everything else happens under one lock: waiting,
     on a ``threading.Condition`` on it that a returned token or a grown limit wakes; adapting
     the limit; the burst. Nothing slow runs under the lock: waiting releases it.
+
+    Threads and tasks share the slots: :meth:`acquire` blocks the calling thread,
+    :meth:`aacquire` awaits on the task's event loop, and a slot either gives back, by
+    :meth:`release` from a thread or a task, wakes a waiter of either kind (a task through its
+    loop's thread-safe entry, ``wakeup.py``), so a sync session and an async client in one
+    process hold one limit per host.
     """
 
     # A registry keeps up to max_hosts of these: slots, and the condition made on first wait.
@@ -82,6 +94,8 @@ class ConcurrencyLimit:
         "_owed",
         "_policy",
         "_slot_freed",
+        "_task_waiter",
+        "_tasks_waiting",
         "_unissued",
         "_waiter",
         "_waiting",
@@ -89,14 +103,23 @@ class ConcurrencyLimit:
     )
 
     def __init__(
-        self, host: str, policy: LimitPolicy, clock: Clock, waiter: Waiter | None = None
+        self,
+        host: str,
+        policy: LimitPolicy,
+        clock: Clock,
+        waiter: Waiter | None = None,
+        task_waiter: AsyncWaiter | None = None,
     ) -> None:
         self.host = host
         self._policy = policy
         self._clock = clock
         self._waiter = waiter
+        self._task_waiter = task_waiter
         self._lock = threading.Lock()
         self._slot_freed: threading.Condition | None = None
+        # The wake-ups of the tasks waiting for a slot, oldest first (a dict as an ordered
+        # set: a task that stops waiting takes its own out in one step); made on first use.
+        self._tasks_waiting: dict[TaskWakeup, None] | None = None
         self._limit = float(policy.initial)
         # int(self._limit), kept beside it: the tokens it stands for.
         self._cap = policy.initial
@@ -129,16 +152,21 @@ class ConcurrencyLimit:
 
     def _acquire_when_full(self, deadline_at: float | None) -> bool:
         with self._lock:
-            if self._take():
+            if self._take_or_burst():
                 return True
-            if self._flight() < self._burst:
-                # No answer yet, so no growth yet: a waiting try would wait a whole round
-                # trip. The first answer puts the limit back on evidence (_end_burst).
-                self._limit = float(self._burst)
-                self._resize(self._burst)
-                if self._take():
-                    return True
             return self._wait_for_slot(deadline_at)
+
+    def _take_or_burst(self) -> bool:
+        """A slot now, the burst raising the limit for it if it may (the lock held)."""
+        if self._take():
+            return True
+        if self._flight() < self._burst:
+            # No answer yet, so no growth yet: a waiting try would wait a whole round
+            # trip. The first answer puts the limit back on evidence (_end_burst).
+            self._limit = float(self._burst)
+            self._resize(self._burst)
+            return self._take()
+        return False
 
     def _take(self) -> bool:
         """A free token, or a new one while fewer than the limit were made (the lock held)."""
@@ -194,6 +222,66 @@ class ConcurrencyLimit:
         finally:
             self._waiting -= 1
 
+    async def aacquire(self, deadline_at: float | None) -> bool:
+        """:meth:`acquire` for a task: the same slots, awaited without blocking the event
+        loop (asyncio or trio) and without holding the lock across an ``await``.
+
+        A free slot costs one ``pop()`` and no ``await``. A task cancelled while it waits
+        takes no slot (and passes on to another waiter a wake-up it was handed); once this
+        returns True the slot is the caller's, to give back with :meth:`release` in a
+        ``finally``.
+        """
+        try:
+            self._free.pop()
+        except IndexError:
+            return await self._aacquire_when_full(deadline_at)
+        return True
+
+    async def _aacquire_when_full(self, deadline_at: float | None) -> bool:
+        clock = self._clock
+        with self._lock:
+            if self._take_or_burst():
+                return True
+            wait_until = clock.monotonic() + self._policy.max_wait
+            if deadline_at is not None and deadline_at < wait_until:
+                wait_until = deadline_at
+            # Counted before the look, as a thread's wait is (see _wait_for_slot).
+            self._waiting += 1
+        wait = self._task_waiter if self._task_waiter is not None else task_waiter_for(clock)
+        wakeup: TaskWakeup | None = None
+        took = False
+        try:
+            while True:
+                with self._lock:
+                    if wakeup is not None and self._tasks_waiting is not None:
+                        # Still there: the wait timed out, no wake-up was handed to it.
+                        self._tasks_waiting.pop(wakeup, None)
+                    if self._take():
+                        took = True
+                        return True
+                    remaining = wait_until - clock.monotonic()
+                    if remaining <= 0:
+                        self._limited += 1
+                        return False
+                    # One wake-up per wait: an anyio Event is set once.
+                    wakeup = TaskWakeup()
+                    if self._tasks_waiting is None:
+                        self._tasks_waiting = {}
+                    self._tasks_waiting[wakeup] = None
+                # No lock held here: the wait is the loop's, woken from any thread.
+                await wait(wakeup, remaining)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                passed_on = None
+                if wakeup is not None and not took:
+                    waiting = self._tasks_waiting
+                    if waiting is None or waiting.pop(wakeup, True) is True:
+                        # Handed a wake-up it will not use (cancelled meanwhile): a slot it
+                        # was woken for may be free, and another waiter gets the wake.
+                        passed_on = self._wake()
+            self._wake_tasks(passed_on)
+
     def release(self, signal: Signal) -> None:
         """Give back a slot taken by :meth:`acquire`, adapting the limit to *signal*."""
         free = self._free
@@ -225,7 +313,9 @@ class ConcurrencyLimit:
             if self._burst and signal is not _IGNORE:
                 self._end_burst(signal, in_flight)
             self._adapt(signal, in_flight)
-            self._wake()
+            woken = self._wake()
+        if woken is not None:
+            self._wake_tasks(woken)
 
     def _adapt(self, signal: Signal, in_flight: int) -> None:
         if signal is _SUCCESS:
@@ -247,13 +337,38 @@ class ConcurrencyLimit:
             # Tokens owed are taken back from the free ones first.
             while self._owed and self._take():
                 self._owed -= 1
-            self._wake()
+            woken = self._wake()
+        if woken is not None:
+            self._wake_tasks(woken)
 
-    def _wake(self) -> None:
-        if self._waiting and self._slot_freed is not None:
-            free = len(self._free) + self._unissued
-            if free > 0:
-                self._slot_freed.notify(free)
+    def _wake(self) -> list[TaskWakeup] | None:
+        """Under the lock: wake as many waiting threads as slots are free, and take as many
+        waiting tasks' wake-ups out, to be woken once the lock is released (a wake-up is a
+        write to another loop's socket: nothing of the kind runs under the lock)."""
+        if not self._waiting:
+            return None
+        free = len(self._free) + self._unissued
+        if free <= 0:
+            return None
+        if self._slot_freed is not None:
+            self._slot_freed.notify(free)
+        waiting = self._tasks_waiting
+        if not waiting:
+            return None
+        woken = []
+        for wakeup in waiting:
+            woken.append(wakeup)
+            if len(woken) == free:
+                break
+        for wakeup in woken:
+            del waiting[wakeup]
+        return woken
+
+    def _wake_tasks(self, woken: list[TaskWakeup] | None) -> None:
+        """Wake *woken* (the lock released); a wake-up whose loop had closed went to nobody,
+        so the free slots are offered again to whoever waits."""
+        if not wake_all(woken):
+            self._settle()
 
     def _end_burst(self, signal: Signal, in_flight: int) -> None:
         """The host's first answer (the lock held): the limit it came back under replaces
@@ -273,6 +388,7 @@ class ConcurrencyLimit:
         the host. No try forks while it holds a slot. The limit itself is kept."""
         self._lock = threading.Lock()
         self._slot_freed = None
+        self._tasks_waiting = None
         self._free = []
         self._unissued = self._cap
         self._owed = 0
@@ -302,3 +418,20 @@ def waiter_for(clock: Clock) -> Waiter:
 
 def _wait_in_real_time(condition: threading.Condition, seconds: float) -> None:
     condition.wait(seconds)
+
+
+def task_waiter_for(clock: Clock) -> AsyncWaiter:
+    """How a task waits for a slot on *clock*: until woken, in real time, for the system
+    clock; otherwise by an awaited sleep on *clock* itself, so a test's fake clock moves by
+    exactly the wait and no real time passes."""
+    if isinstance(clock, SystemClock):
+        return _await_in_real_time
+
+    async def sleep_on_clock(wakeup: TaskWakeup, seconds: float) -> None:
+        await clock.asleep(seconds)
+
+    return sleep_on_clock
+
+
+async def _await_in_real_time(wakeup: TaskWakeup, seconds: float) -> None:
+    await wakeup.wait(seconds)
