@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -124,8 +124,10 @@ class CircuitBreaker:
         self._refused_inside = 0
 
     # Called before each try is admitted, when set: a fleet's breaker takes in an opening
-    # already on its way to this worker (fleet/push.py).
+    # already on its way to this worker (fleet/push.py). ``aheed`` is the same for a try made
+    # on an event loop, awaited there instead of blocking it (fleet/inbox.py).
     heed: Callable[[], None] | None = None
+    aheed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def state(self) -> BreakerState:

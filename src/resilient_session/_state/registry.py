@@ -366,6 +366,14 @@ class HostRegistry:
         """
         self.backend.close()
 
+    async def aclose(self) -> None:
+        """:meth:`close` for a caller on an event loop (asyncio or trio), which it never
+        blocks: the redis backend's close joins its sync and listener threads, which a Redis
+        that does not answer can hold for a second or two, so it runs on a worker thread."""
+        import anyio
+
+        await anyio.to_thread.run_sync(self.close)
+
     def health(self) -> dict[str, HostHealth]:
         """A snapshot per host, most recently used last, each host followed by its routes
         used so far (keyed ``scheme://host:port/route/*``, ``HostHealth.route`` set)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -117,9 +117,12 @@ class FleetBreaker(CircuitBreaker):
         hurry: Callable[[], None] | None = None,
         heed: Callable[[], None] | None = None,
         route: str | None = None,
+        *,
+        aheed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(host, policy, clock, rng, route)
         self.heed = heed
+        self.aheed = aheed
         self._wake = wake
         # What an opening made here calls instead: the fleet hears of it without the gap
         # that keeps a host failing at random from waking the sync thread on every failure.

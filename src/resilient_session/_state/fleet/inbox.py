@@ -7,6 +7,10 @@ socket; a try that goes out meanwhile reaches a host the fleet has opened. So a 
 that socket first. What lies there unread may be an opening, or anything else anyone who may
 publish on the channel sent: the look cannot tell, and the holds it causes are bounded so that
 a flood costs the callers a small share of their time.
+
+An async caller looks the same way (``aheed``), and is held the same way, on the same credit,
+but awaits the listener on its event loop instead of blocking it: the listener wakes a held
+task through the task's loop (``_state/wakeup.py``), as it notifies a held thread.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import select
 import threading
 from typing import Any, Final
 
+from resilient_session._state.wakeup import TaskWakeup, wake_all
 from resilient_session.clock import SYSTEM_CLOCK
 
 # A try waits this long at most for the listener to take in what its socket holds; a listener
@@ -76,6 +81,10 @@ class Inbox:
         if self._holding:
             with self._taken:
                 self._taken.notify_all()
+                tasks = list(self._tasks_held)
+                self._tasks_held.clear()
+            # Outside the lock: a wake-up is a write to the held task's loop.
+            wake_all(tasks)
 
     def reset(self) -> None:
         """At the start, and in a forked child: the parent's socket and thread are not this
@@ -90,6 +99,8 @@ class Inbox:
         self._followed: int = 0
         # Tries held now; counted under the lock, before each looks at the counts above.
         self._holding: int = 0
+        # The wake-ups of the tasks held now, each awaiting the listener's next read.
+        self._tasks_held: dict[TaskWakeup, None] = {}
         self._credit: float = _HEED_WITHIN
         self._credited_at: float = _monotonic()
 
@@ -122,28 +133,103 @@ class Inbox:
             self._hold(fd)
             self._unread_seen = False
 
+    async def aheed(self) -> None:
+        """:meth:`heed` for a task: the same look, and the same hold on the same credit, awaited
+        on the task's event loop (asyncio or trio), which it never blocks. No lock is held
+        across the wait; a task cancelled while held is paid for as far as it waited."""
+        fd = self._fd
+        if fd < 0 or self._stalled:
+            return
+        # heed()'s look, written out as there: it runs before every try, and a shared helper
+        # would cost each try a frame.
+        if not self._unread_seen:
+            now = _monotonic()
+            if now < self._next_look and not self._looking:
+                return
+            self._next_look = now + _LOOK_EVERY
+            self._looking = True
+            unread = _unread(fd)
+            if unread:
+                self._unread_seen = True
+            self._looking = False
+            if not unread:
+                return
+        if threading.get_ident() == self._listener:
+            return
+        await self._ahold(fd)
+        self._unread_seen = False
+
     def _hold(self, fd: int) -> None:
         """Under the lock: wait for the listener, as long as the credit allows, and pay for the
         wait unless it ended in an opening followed."""
+        hold = self._begin_hold()
+        if hold is None:
+            return
+        began, credit, reads, followed = hold
+        waited_out = False
+        try:
+            taken_in = self._taken.wait_for(lambda: self._taken_in(fd, reads, followed), credit)
+            waited_out = not taken_in
+        finally:
+            self._end_hold(began, reads, followed, waited_out)
+
+    async def _ahold(self, fd: int) -> None:
+        """A task's hold: as :meth:`_hold`, the wait awaited with the lock released."""
+        with self._taken:
+            hold = self._begin_hold()
+        if hold is None:
+            return
+        began, credit, reads, followed = hold
+        wakeup: TaskWakeup | None = None
+        # A hold cancelled part way says nothing of the listener: only one that waited its
+        # whole credit out may mark it stalled.
+        waited_out = False
+        try:
+            while True:
+                with self._taken:
+                    if wakeup is not None:
+                        self._tasks_held.pop(wakeup, None)
+                    # Put out before the look: a read the look misses wakes it.
+                    wakeup = TaskWakeup()
+                    self._tasks_held[wakeup] = None
+                if self._taken_in(fd, reads, followed):
+                    return
+                remaining = began + credit - _monotonic()
+                if remaining <= 0.0:
+                    waited_out = True
+                    return
+                await wakeup.wait(remaining)
+        finally:
+            with self._taken:
+                if wakeup is not None:
+                    self._tasks_held.pop(wakeup, None)
+                self._end_hold(began, reads, followed, waited_out)
+
+    def _begin_hold(self) -> tuple[float, float, int, int] | None:
+        """Under the lock: a hold begins, if the credit allows one (None otherwise): when,
+        for how long at most, and the listener's counts as it began."""
         began = _monotonic()
         credit = min(_HEED_WITHIN, self._credit + (began - self._credited_at) * _HOLD_SHARE)
         self._credit, self._credited_at = credit, began
         if credit <= 0.0:
-            return
+            return None
         self._holding += 1
-        reads, followed = self._reads, self._followed
-        try:
-            taken_in = self._taken.wait_for(
-                lambda: (
-                    self._followed != followed
-                    or self._reads - reads >= 2
-                    or self._fd != fd
-                    or not _unread(fd)
-                ),
-                credit,
-            )
-        finally:
-            self._holding -= 1
+        return began, credit, self._reads, self._followed
+
+    def _taken_in(self, fd: int, reads: int, followed: int) -> bool:
+        """Whether a hold that began at counts *reads* and *followed* may end: an opening
+        followed, two reads over, another socket, or nothing left unread on this one."""
+        return (
+            self._followed != followed
+            or self._reads - reads >= 2
+            or self._fd != fd
+            or not _unread(fd)
+        )
+
+    def _end_hold(self, began: float, reads: int, followed: int, waited_out: bool) -> None:
+        """Under the lock: the hold is over; paid for unless it ended in an opening followed.
+        *waited_out*: it ended by its time running out, the listener not done."""
+        self._holding -= 1
         if self._followed == followed:
             # Concurrent holds are each paid: a flood costs the credit faster, never longer.
             ended = _monotonic()
@@ -152,7 +238,7 @@ class Inbox:
                 # Nor is the socket looked at until the credit is back: under a flood a look
                 # hands the interpreter to the listener, and the caller waits to get it back.
                 self._next_look = ended - self._credit / _HOLD_SHARE
-        if not taken_in and self._reads == reads:
+        if waited_out and self._reads == reads:
             # The listener read nothing meanwhile: not waited for again until it does.
             self._stalled = True
 

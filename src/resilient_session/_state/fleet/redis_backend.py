@@ -207,6 +207,7 @@ class RedisBackend:
                 functools.partial(self._hurry, kept),
                 self._inbox.heed,
                 route,
+                aheed=self._inbox.aheed,
             ),
             FleetBucket(policy.budget, clock),
             FleetThrottle(policy.throttle, clock, rng) if policy.throttle.enabled else None,
