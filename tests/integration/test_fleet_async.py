@@ -35,7 +35,7 @@ from tests.heartbeat import Heartbeat, ProcessTicks, heap_frozen, loop_held
 
 from .conftest import FAST_RETRY
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.httpx]
 
 THRESHOLD = 5
 BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -18,6 +18,8 @@ from resilient_session.config import load
 from resilient_session.errors import ConcurrencyLimitError
 from resilient_session.testing import FakeClock, ScriptedTransport
 
+pytestmark = pytest.mark.httpx
+
 URL = "http://api.test/items"
 STATE = Path(__file__).resolve().parents[3] / "src" / "resilient_session" / "_state"
 
