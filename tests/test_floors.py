@@ -1,5 +1,6 @@
-"""Each lower bound pyproject.toml declares, at run time and in the redis and otel extras, is the
-version .ci/floors.txt pins, so the floor CI installs and tests is the one users are promised."""
+"""Each lower bound pyproject.toml declares, at run time and in the redis, otel and httpx extras,
+is the version .ci/floors.txt pins, so the floor CI installs and tests is the one users are
+promised."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def _declared() -> dict[str, str]:
         *project["dependencies"],
         *project["optional-dependencies"]["redis"],
         *project["optional-dependencies"]["otel"],
+        *project["optional-dependencies"]["httpx"],
     ]
     floors: dict[str, str] = {}
     for requirement in requirements:
