@@ -1,5 +1,6 @@
 """A heartbeat task: how late an event loop runs a task that asks to run every few ms, told
-apart from the pauses of the whole process by a thread that ticks beside it."""
+apart from what no code on the loop can help: the loop's thread waiting for a core (the
+kernel's count of it), and the whole process pausing (a thread that ticks beside it)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,37 @@ from resilient_session.clock import SYSTEM_CLOCK
 
 # (due, came): the instant a tick asked for and the instant it came.
 Tick = tuple[float, float]
+# Linux: the calling thread's time on a run queue, runnable but waiting for a core (ns).
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _queued() -> float:
+    """Seconds the calling thread has spent waiting for a core; 0 where the kernel says not."""
+    try:
+        with open(_SCHEDSTAT, encoding="ascii") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 class Heartbeat:
     """Ticks every *period* seconds on the loop until stopped, keeping each tick: a loop that
-    something blocks shows it as a late tick."""
+    something blocks shows it as a late tick. Beside each, the seconds the loop's thread
+    spent waiting for a core meanwhile, which a busy machine costs it whatever runs there."""
 
     def __init__(self, period: float = 0.005) -> None:
         self.period = period
         self.ticks: list[Tick] = []
+        self.queued: list[float] = []
         self._stop = anyio.Event()
 
     async def run(self) -> None:
         while not self._stop.is_set():
+            queued = _queued()
             due = SYSTEM_CLOCK.monotonic() + self.period
             await anyio.sleep(self.period)
             self.ticks.append((due, SYSTEM_CLOCK.monotonic()))
+            self.queued.append(_queued() - queued)
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,12 +94,13 @@ class ProcessTicks:
 
 
 def loop_held(heartbeat: Heartbeat, process: ProcessTicks, over: float) -> list[float]:
-    """The loop's ticks late by more than *over* beyond how late the process's own thread was
-    meanwhile: the loop's thread held while the process ran (what blocking the loop does)."""
+    """The loop's ticks late by more than *over* beyond what the machine and the interpreter
+    cost it meanwhile (the longer of the loop's thread's wait for a core and the process's
+    own thread's lateness): the loop held by what ran on it, as a blocking call holds it."""
     return [
         round(came - due, 4)
-        for due, came in heartbeat.ticks
-        if came - due - process.late_during(due, came) > over
+        for (due, came), queued in zip(heartbeat.ticks, heartbeat.queued, strict=True)
+        if came - due - max(queued, process.late_during(due, came)) > over
     ]
 
 
