@@ -21,6 +21,7 @@ from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.cap import caps_any, limit_body
 from ._transport.fork import track_adapter
+from ._transport.requests_wire import REQUESTS_WIRE
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
@@ -263,6 +264,7 @@ def start_call(
     call.method = method
     call.state = state
     call.runtime = runtime
+    call.wire = REQUESTS_WIRE
     call.stream = stream
     call.timeout = timeout
     call.verify = verify

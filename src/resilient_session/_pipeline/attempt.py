@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from resilient_session._state.registry import HostState
     from resilient_session._state.runtime import Runtime
 
+    from .wire import Wire
+
 
 class Verdict(str, Enum):
     """What happens after a try."""
@@ -142,6 +144,7 @@ class Call:
         "stream",
         "timeout",
         "verify",
+        "wire",
     )
 
     request: requests.PreparedRequest
@@ -149,6 +152,9 @@ class Call:
     state: HostState
     # The registry's clock, random source and redacted names: what the stages run on.
     runtime: Runtime
+    # The transport's side of each decision (``wire.py``): the adapter's, not the registry's,
+    # as one registry may serve calls of two transports.
+    wire: Wire
     stream: bool
     timeout: Any
     verify: bool | str

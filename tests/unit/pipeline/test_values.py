@@ -18,6 +18,7 @@ from resilient_session._pipeline.attempt import (
 )
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.registry import HostRegistry
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.adapter import ResilientAdapter, start_call
 from resilient_session.config import Config
 from resilient_session.deadline import deadline
@@ -44,6 +45,7 @@ def test_a_call_holds_every_value_under_its_name(clock):
         "method": "PUT",
         "state": registry.for_url("http://svc.test:8080/"),
         "runtime": registry.runtime,
+        "wire": REQUESTS_WIRE,
         "stream": True,
         "timeout": (1.0, 2.0),
         "verify": "/ca.pem",

@@ -1,0 +1,19 @@
+"""The requests wire: the decisions' asks (``_pipeline/wire.py``) done with requests and
+urllib3, on this package's connection classes and watchdog."""
+
+from __future__ import annotations
+
+
+class RequestsWire:
+    """The wire of ``ResilientAdapter`` and ``ResilientSession``: one, stateless, shared."""
+
+    __slots__ = ()
+
+    # -- errors: what one says, and the refusal for a reason ---------------------------------
+
+    # -- the try's request: headers, timeouts, a bound in time -------------------------------
+
+    # -- answers: release one a retry replaces, carry the cookies it set ---------------------
+
+
+REQUESTS_WIRE = RequestsWire()
