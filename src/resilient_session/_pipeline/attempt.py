@@ -18,6 +18,8 @@ from requests.cookies import RequestsCookieJar
 from resilient_session._compat import request_cookies
 from resilient_session.errors import is_connect_failure
 
+from .reason import Reason as Reason
+
 if TYPE_CHECKING:
     from resilient_session._state.breaker import BreakerState
     from resilient_session._state.registry import HostState
@@ -35,27 +37,6 @@ class Verdict(str, Enum):
     FAIL_FAST = "fail_fast"
     # Another try of the call answered first (hedging): this one's answer is dropped.
     CANCELLED = "cancelled"
-
-
-class Reason(str, Enum):
-    """Why; the fixed set of ``reason`` values in ``http.try`` events."""
-
-    OK = "ok"
-    TRANSIENT = "transient"
-    OVERLOAD = "overload"
-    NOT_RETRYABLE = "not_retryable"
-    NOT_IDEMPOTENT = "not_idempotent"
-    BODY_NOT_REPLAYABLE = "body_not_replayable"
-    MAX_ATTEMPTS = "max_attempts"
-    RETRY_AFTER_TOO_LONG = "retry_after_too_long"
-    BREAKER_OPEN = "breaker_open"
-    DEADLINE = "deadline"
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    DEADLINE_SPENT = "deadline_spent"
-    THROTTLED = "throttled"
-    CONCURRENCY_LIMIT = "concurrency_limit"
-    CALLER_RETRIES = "caller_retries"
-    HEDGE_LOST = "hedge_lost"
 
 
 class Decision(NamedTuple):
