@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import requests
-from urllib3.exceptions import MaxRetryError, NewConnectionError
-from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 
 class _RedactedError(requests.exceptions.RequestException):
@@ -120,23 +118,3 @@ class ResponseTooLarge(_RedactedError):
 
 class ConfigError(requests.exceptions.RequestException, ValueError):
     """The configuration is invalid; the message names the dotted key path and the bad value."""
-
-
-def is_connect_failure(error: BaseException | None) -> bool:
-    """True when the request never left: refused, DNS failure, connect timeout.
-
-    Such a failure is safe to retry for every method. Anything after the request may have
-    been written (a reset, a read timeout, a dropped keep-alive connection) is a read failure.
-    A proxy that refused the connection counts too: the request never reached it; a proxy
-    that answered (407 included) does not.
-    """
-    if isinstance(error, requests.exceptions.ConnectTimeout):
-        return True
-    if not isinstance(error, requests.exceptions.ConnectionError) or not error.args:
-        return False
-    cause = error.args[0]
-    if isinstance(cause, MaxRetryError):
-        cause = cause.reason
-    if isinstance(cause, Urllib3ProxyError):
-        cause = cause.original_error
-    return isinstance(cause, NewConnectionError)

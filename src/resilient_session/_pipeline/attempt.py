@@ -16,9 +16,9 @@ import requests
 from requests.cookies import RequestsCookieJar
 
 from resilient_session._compat import request_cookies
-from resilient_session.errors import is_connect_failure
 
 from .reason import Reason as Reason
+from .wire import ErrorKind
 
 if TYPE_CHECKING:
     from resilient_session._state.breaker import BreakerState
@@ -188,7 +188,11 @@ class Attempt:
     def next(self, outcome: Outcome) -> Attempt:
         """The attempt after *outcome*, remembering the last try that reached the upstream
         and any cookies its response set."""
-        reached = outcome.refused is None and not is_connect_failure(outcome.error)
+        error = outcome.error
+        # A try that could not connect never reached the upstream, as one refused locally.
+        reached = outcome.refused is None and (
+            error is None or self.call.wire.error_kind(error) is not ErrorKind.CONNECT
+        )
         last_real = outcome if reached else self.last_real
         request, cookies = self.request, self.cookies
         response = outcome.response

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from resilient_session._state.meaning import Meaning, TryTable
+from resilient_session._state.meaning import Meaning
 
-from .attempt import Outcome
+from .attempt import Call, Outcome
 
 
-def meaning_of(outcome: Outcome, table: TryTable) -> Meaning:
-    """What *outcome* means to decide and to each guard, by the host's *table*."""
+def meaning_of(outcome: Outcome, call: Call) -> Meaning:
+    """What *outcome* means to decide and to each guard, by the table of *call*'s host; the
+    call's wire says what an error is, asked only when the table reads it (no status, not
+    refused)."""
     response = outcome.response
-    return table.of(
-        response.status_code if response is not None else None,
-        outcome.error,
-        outcome.refused is not None,
-    )
+    error = outcome.error
+    refused = outcome.refused is not None
+    if response is not None:
+        return call.state.table.of(response.status_code, None, refused)
+    kind = None if error is None or refused else call.wire.error_kind(error)
+    return call.state.table.of(None, kind, refused)

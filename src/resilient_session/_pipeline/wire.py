@@ -14,8 +14,10 @@ Two Protocols and no code: ``_pipeline`` and ``_state`` name no transport librar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 from typing import Protocol
+
+# The table's error half is keyed by it, so it lives with the table, below the pipeline.
+from resilient_session._state.meaning import ErrorKind as ErrorKind
 
 
 class Answer(Protocol):
@@ -31,25 +33,16 @@ class Answer(Protocol):
     def close(self) -> None: ...
 
 
-class ErrorKind(str, Enum):
-    """What a try's error says, whatever the transport that raised it."""
-
-    # The request never left (refused, DNS, a connect timeout): safe to retry for any method,
-    # and no sign the upstream saw anything.
-    CONNECT = "connect"
-    # A transport failure after the request may have been written (a reset, a read timeout,
-    # a body cut mid-way): worth another try where replaying is safe.
-    TRANSIENT = "transient"
-    # The caller's deadline cut the try: transient, and nothing against the host.
-    DEADLINE_CUT = "deadline_cut"
-    # Ours to fix, never the host's: TLS, a malformed URL, a proxy wanting credentials.
-    OURS = "ours"
-
-
 class Wire(Protocol):
     """What the stages ask of the transport a call goes out on."""
 
     # -- errors: what one says, and the refusal for a reason ---------------------------------
+
+    def error_kind(self, error: BaseException) -> ErrorKind:
+        """What *error*, which a try on this transport ended with, says: the request never
+        left (CONNECT), a transport failure worth another try (TRANSIENT), a cut by the
+        caller's deadline (DEADLINE_CUT), or an error of ours no retry mends (OURS)."""
+        ...
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
 

@@ -40,13 +40,26 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-import requests
-
 from resilient_session.config.policy import RetryPolicy
-from resilient_session.errors import DeadlineExceeded
 
 from .breaker import TryResult
 from .limit import Signal
+
+
+class ErrorKind(str, Enum):
+    """What a try's error says, whatever the transport that raised it: the key of the table's
+    error half, told by the call's wire (``_pipeline/wire.py``)."""
+
+    # The request never left (refused, DNS, a connect timeout): safe to retry for any method,
+    # and no sign the upstream saw anything.
+    CONNECT = "connect"
+    # A transport failure after the request may have been written (a reset, a read timeout,
+    # a body cut mid-way): worth another try where replaying is safe.
+    TRANSIENT = "transient"
+    # The caller's deadline cut the try: transient, and nothing against the host.
+    DEADLINE_CUT = "deadline_cut"
+    # Ours to fix, never the host's: TLS, a malformed URL, a proxy wanting credentials.
+    OURS = "ours"
 
 
 class Tier(str, Enum):
@@ -85,39 +98,14 @@ _DEADLINE_CUT: Final = Meaning(Tier.TRANSIENT, _NEUTRAL, None, _IGNORE)
 _OURS: Final = Meaning(Tier.NEVER, _NEUTRAL, None, _IGNORE)
 REFUSED: Final = Meaning(Tier.NEVER, _NEUTRAL, None, _IGNORE)
 
-# Retrying these only hides a configuration problem: a bad certificate, a malformed URL, a
-# proxy that wants credentials. They never count against the breaker either.
-_NEVER_ERRORS: tuple[type[Exception], ...] = (
-    requests.exceptions.SSLError,
-    requests.exceptions.InvalidURL,
-    requests.exceptions.InvalidSchema,
-    requests.exceptions.MissingSchema,
-    requests.exceptions.InvalidHeader,
-)
-
-_TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    requests.exceptions.ConnectionError,
-    requests.exceptions.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-    requests.exceptions.ContentDecodingError,
-)
-
-
-def is_transient_error(error: BaseException | None) -> bool:
-    """True for transport failures worth another try; False for configuration-shaped errors."""
-    if error is None or isinstance(error, _NEVER_ERRORS):
-        return False
-    if isinstance(error, requests.exceptions.ProxyError):
-        # A proxy that answers 407 wants credentials; asking again will not change that.
-        return "407" not in str(error)
-    return isinstance(error, _TRANSIENT_ERRORS)
-
-
-def error_meaning(error: BaseException | None) -> Meaning:
-    """The row of a try that ended in *error* (sent, not refused locally)."""
-    if isinstance(error, DeadlineExceeded):
-        return _DEADLINE_CUT
-    return _TRANSPORT_FAILURE if is_transient_error(error) else _OURS
+# The error half of the table, by what the error says (the wire says it: ``error_kind``).
+_ERROR_ROWS: Final[dict[ErrorKind | None, Meaning]] = {
+    ErrorKind.CONNECT: _TRANSPORT_FAILURE,
+    ErrorKind.TRANSIENT: _TRANSPORT_FAILURE,
+    ErrorKind.DEADLINE_CUT: _DEADLINE_CUT,
+    ErrorKind.OURS: _OURS,
+    None: _OURS,  # neither a status nor an error: nothing says the host failed
+}
 
 
 def _status_meaning(status: int, policy: RetryPolicy) -> Meaning:
@@ -153,14 +141,14 @@ class TryTable:
             row = self._rows[status] = _status_meaning(status, self._policy)
         return row
 
-    def of(self, status: int | None, error: BaseException | None, refused: bool) -> Meaning:
-        """The row of a finished try: its response's *status*, else its *error*; *refused*
-        when a local guard refused it before the network."""
+    def of(self, status: int | None, kind: ErrorKind | None, refused: bool) -> Meaning:
+        """The row of a finished try: its response's *status*, else the *kind* of its error;
+        *refused* when a local guard refused it before the network."""
         if refused:
             return REFUSED
         if status is not None:
             return self.of_status(status)
-        return error_meaning(error)
+        return _ERROR_ROWS[kind]
 
 
 _TABLES: dict[tuple[frozenset[int], frozenset[int]], TryTable] = {}

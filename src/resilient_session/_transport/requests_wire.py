@@ -3,6 +3,10 @@ urllib3, on this package's connection classes and watchdog."""
 
 from __future__ import annotations
 
+from resilient_session._state.meaning import ErrorKind
+
+from . import requests_errors
+
 
 class RequestsWire:
     """The wire of ``ResilientAdapter`` and ``ResilientSession``: one, stateless, shared."""
@@ -10,6 +14,11 @@ class RequestsWire:
     __slots__ = ()
 
     # -- errors: what one says, and the refusal for a reason ---------------------------------
+
+    def error_kind(self, error: BaseException) -> ErrorKind:
+        """What *error* says, by requests' exception classes and urllib3's causes
+        (``requests_errors.py``)."""
+        return requests_errors.error_kind(error)
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
 

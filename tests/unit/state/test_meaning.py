@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import requests
 
 from resilient_session._state.breaker import TryResult
 from resilient_session._state.limit import Signal
-from resilient_session._state.meaning import Tier, TryTable, table_for
+from resilient_session._state.meaning import ErrorKind, Tier, TryTable, table_for
 from resilient_session.config.policy import RetryPolicy
-from resilient_session.errors import DeadlineExceeded
 
 S, F, N = TryResult.SUCCESS, TryResult.FAILURE, TryResult.NEUTRAL
 GROW, DROP, IGNORE = Signal.SUCCESS, Signal.DROP, Signal.IGNORE
@@ -49,34 +47,26 @@ def test_each_status_row(policy, status, row):
 
 
 @pytest.mark.parametrize(
-    ("error", "row"),
+    ("kind", "row"),
     [
-        (requests.ConnectionError("refused"), (Tier.TRANSIENT, F, False, DROP)),
-        (requests.ReadTimeout("slow"), (Tier.TRANSIENT, F, False, DROP)),
-        (requests.exceptions.ChunkedEncodingError("cut"), (Tier.TRANSIENT, F, False, DROP)),
-        (DeadlineExceeded("cut by the caller"), (Tier.TRANSIENT, N, None, IGNORE)),
-        (requests.exceptions.SSLError("bad cert"), (Tier.NEVER, N, None, IGNORE)),
-        (requests.exceptions.InvalidURL("no"), (Tier.NEVER, N, None, IGNORE)),
-        (
-            requests.exceptions.ProxyError("407 Proxy Authentication Required"),
-            (Tier.NEVER, N, None, IGNORE),
-        ),
-        (requests.exceptions.ProxyError("proxy down"), (Tier.TRANSIENT, F, False, DROP)),
-        (ValueError("a bug of ours"), (Tier.NEVER, N, None, IGNORE)),
+        (ErrorKind.CONNECT, (Tier.TRANSIENT, F, False, DROP)),
+        (ErrorKind.TRANSIENT, (Tier.TRANSIENT, F, False, DROP)),
+        (ErrorKind.DEADLINE_CUT, (Tier.TRANSIENT, N, None, IGNORE)),
+        (ErrorKind.OURS, (Tier.NEVER, N, None, IGNORE)),
+        (None, (Tier.NEVER, N, None, IGNORE)),
     ],
-    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else None,
 )
-def test_each_error_row(error, row):
-    """A transport failure of the host's is a failure everywhere; a cut by the caller's
-    deadline or an error of ours is no evidence about the host."""
-    meaning = table_for(DEFAULT).of(None, error, refused=False)
+def test_each_error_row(kind, row):
+    """A transport failure of the host's, before or after sending, is a failure everywhere; a
+    cut by the caller's deadline or an error of ours is no evidence about the host."""
+    meaning = table_for(DEFAULT).of(None, kind, refused=False)
     assert (meaning.tier, meaning.breaker, meaning.accepted, meaning.limit) == row
 
 
 def test_a_try_refused_locally_is_no_try_for_any_guard():
     """Refused before the network: neutral for the breaker, no try for the throttle, the
     limit ignores it, even if it carries a status or an error."""
-    meaning = table_for(DEFAULT).of(503, requests.ConnectionError("x"), refused=True)
+    meaning = table_for(DEFAULT).of(503, ErrorKind.CONNECT, refused=True)
     assert (meaning.breaker, meaning.accepted, meaning.limit) == (N, None, IGNORE)
 
 

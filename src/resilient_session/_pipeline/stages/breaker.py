@@ -82,7 +82,7 @@ def try_result(attempt: Attempt, outcome: Outcome) -> TryResult:
     response = outcome.response
     if response is not None and response.status_code < 400:
         return _SUCCESS  # the table's first row, fixed whatever the tiers list
-    return meaning_of(outcome, attempt.call.state.table).breaker
+    return meaning_of(outcome, attempt.call).breaker
 
 
 def _of_route(route: str | None) -> str:

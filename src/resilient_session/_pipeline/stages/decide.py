@@ -16,10 +16,10 @@ from resilient_session._pipeline.backoff import full_jitter, overload_backoff, p
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
+from resilient_session._pipeline.wire import ErrorKind
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.meaning import Tier
 from resilient_session.clock import Clock
-from resilient_session.errors import DeadlineExceeded, is_connect_failure
 
 _SUCCESS = ANSWERED
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
@@ -38,10 +38,12 @@ def decide_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
         # transport's answer comes decided so (ANSWERED) unless a stage inside replaced it.
         return outcome if outcome.decision is _SUCCESS else outcome.with_decision(_SUCCESS)
     decision = decide(attempt, outcome)
+    error = outcome.error
     if (
         decision.verdict is not Verdict.RETRY
         and attempt.last_real is not None
-        and is_connect_failure(outcome.error)
+        and error is not None
+        and attempt.call.wire.error_kind(error) is ErrorKind.CONNECT
     ):
         # Like a try refused locally, a retry that could not even connect never reached
         # the upstream: the caller gets what the last try that did reach it got.
@@ -56,12 +58,14 @@ def decide(attempt: Attempt, outcome: Outcome) -> Decision:
         return Decision(Verdict.FAIL_FAST, outcome.refused)
     call = attempt.call
     policy = call.state.policy.retry
-    tier = meaning_of(outcome, call.state.table).tier
+    error = outcome.error
+    kind = None if error is None else call.wire.error_kind(error)
+    tier = meaning_of(outcome, call).tier
     if tier is Tier.SUCCESS:
         return _SUCCESS
     if tier is Tier.NEVER:
         return _give_up(Reason.NOT_RETRYABLE)
-    if not call.idempotent and not is_connect_failure(outcome.error):
+    if not call.idempotent and kind is not ErrorKind.CONNECT:
         return _give_up(Reason.NOT_IDEMPOTENT)
     if not call.replayable:
         return _give_up(Reason.BODY_NOT_REPLAYABLE)
@@ -85,7 +89,7 @@ def decide(attempt: Attempt, outcome: Outcome) -> Decision:
         wait = full_jitter(attempt.number, policy.backoff_base, policy.backoff_cap, rng)
     if outcome.breaker is BreakerState.OPEN:
         return _give_up(Reason.BREAKER_OPEN)
-    if isinstance(outcome.error, DeadlineExceeded):
+    if kind is ErrorKind.DEADLINE_CUT:
         return _give_up(Reason.DEADLINE)
     if call.deadline_at is not None and clock.monotonic() + wait >= call.deadline_at:
         return _give_up(Reason.DEADLINE)

@@ -61,4 +61,4 @@ def _signal(attempt: Attempt, outcome: Outcome, started: float) -> Signal:
         if own is not None and attempt.call.runtime.clock.monotonic() - started >= own:
             return _DROP
         return _IGNORE
-    return meaning_of(outcome, attempt.call.state.table).limit
+    return meaning_of(outcome, attempt.call).limit

@@ -31,7 +31,7 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
         # The table's answered row, without its three frames (~1,000 instructions).
         throttle.accepted(attempt.call.started_at)
         return outcome
-    accepted = meaning_of(outcome, state.table).accepted
+    accepted = meaning_of(outcome, attempt.call).accepted
     if accepted is not None:
         throttle.record(accepted)
     # No try at all (accepted None): a try an inner guard refused (the limit, the spent
