@@ -45,6 +45,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 EXCEPTIONS: Mapping[tuple[str, str], str] = {
     # `resilient-session --version`: the version is computed once, in the package itself.
     ("resilient_session.cli", "resilient_session"): "__version__",
+    # The requests wire answers what the pipeline asks of a transport (_pipeline/wire.py),
+    # refusals included, each for a Reason; issue 30 puts _transport above _pipeline once no
+    # stage imports _transport.
+    ("resilient_session._transport", "resilient_session._pipeline.reason"): "the wire's port",
 }
 
 # Inside _state, only the factory names the fleet backend (imported when selected).

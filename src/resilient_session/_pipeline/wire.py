@@ -14,10 +14,12 @@ Two Protocols and no code: ``_pipeline`` and ``_state`` name no transport librar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 # The table's error half is keyed by it, so it lives with the table, below the pipeline.
 from resilient_session._state.meaning import ErrorKind as ErrorKind
+
+from .reason import Reason
 
 
 class Answer(Protocol):
@@ -42,6 +44,14 @@ class Wire(Protocol):
         """What *error*, which a try on this transport ended with, says: the request never
         left (CONNECT), a transport failure worth another try (TRANSIENT), a cut by the
         caller's deadline (DEADLINE_CUT), or an error of ours no retry mends (OURS)."""
+        ...
+
+    def refusal(
+        self, reason: Reason, message: str, request: Any, original: BaseException | None = None
+    ) -> Exception:
+        """The exception a caller of this transport expects for a try refused or cut for
+        *reason*, saying *message*, about *request*; *original* is the error it stands for,
+        kept unprinted (a timeout the deadline cut short), None for a try never sent."""
         ...
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------

@@ -1,14 +1,24 @@
-"""What requests' and urllib3's exceptions say about a try: the requests wire's errors
-(``requests_wire.py``)."""
+"""What requests' and urllib3's exceptions say about a try, and the exception each refusal
+raises: the requests wire's errors (``requests_wire.py``)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
 
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
+from resilient_session._pipeline.reason import Reason
 from resilient_session._state.meaning import ErrorKind
-from resilient_session.errors import DeadlineExceeded
+from resilient_session.errors import (
+    CircuitOpenError,
+    ConcurrencyLimitError,
+    DeadlineExceeded,
+    HedgeCancelled,
+    ThrottledError,
+)
 
 # Retrying these only hides a configuration problem: a bad certificate, a malformed URL, a
 # proxy that wants credentials. They never count against the breaker either.
@@ -26,6 +36,15 @@ _TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     requests.exceptions.ChunkedEncodingError,
     requests.exceptions.ContentDecodingError,
 )
+
+_REFUSALS: Final[Mapping[Reason, type[DeadlineExceeded | CircuitOpenError | HedgeCancelled]]] = {
+    Reason.BREAKER_OPEN: CircuitOpenError,
+    Reason.THROTTLED: ThrottledError,
+    Reason.CONCURRENCY_LIMIT: ConcurrencyLimitError,
+    Reason.DEADLINE_SPENT: DeadlineExceeded,
+    Reason.DEADLINE: DeadlineExceeded,
+    Reason.HEDGE_LOST: HedgeCancelled,
+}
 
 
 def error_kind(error: BaseException) -> ErrorKind:
@@ -66,3 +85,14 @@ def is_connect_failure(error: BaseException) -> bool:
     if isinstance(cause, Urllib3ProxyError):
         cause = cause.original_error
     return isinstance(cause, NewConnectionError)
+
+
+def refusal(
+    reason: Reason, message: str, request: Any, original: BaseException | None = None
+) -> Exception:
+    """The library's exception for a try refused or cut for *reason*: a subclass of the
+    requests exception a caller of requests already catches for it."""
+    kind = _REFUSALS.get(reason)
+    if kind is None:
+        raise ValueError(f"no try is refused for the reason {reason.value!r}")
+    return kind(message, request=request, original=original)

@@ -3,6 +3,9 @@ urllib3, on this package's connection classes and watchdog."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from resilient_session._pipeline.reason import Reason
 from resilient_session._state.meaning import ErrorKind
 
 from . import requests_errors
@@ -19,6 +22,13 @@ class RequestsWire:
         """What *error* says, by requests' exception classes and urllib3's causes
         (``requests_errors.py``)."""
         return requests_errors.error_kind(error)
+
+    def refusal(
+        self, reason: Reason, message: str, request: Any, original: BaseException | None = None
+    ) -> Exception:
+        """``CircuitOpenError``, ``ThrottledError``, ``ConcurrencyLimitError``,
+        ``DeadlineExceeded`` or ``HedgeCancelled``, as *reason* says."""
+        return requests_errors.refusal(reason, message, request, original)
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
 

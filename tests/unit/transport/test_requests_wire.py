@@ -1,5 +1,5 @@
 """The requests wire's errors: what each of requests' and urllib3's exceptions says about a
-try."""
+try, and the library's exception for each refusal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
-from resilient_session import DeadlineExceeded
+from resilient_session import (
+    CircuitOpenError,
+    ConcurrencyLimitError,
+    DeadlineExceeded,
+    HedgeCancelled,
+    ThrottledError,
+)
+from resilient_session._pipeline.reason import Reason
 from resilient_session._pipeline.wire import ErrorKind, Wire
 from resilient_session._transport.requests_wire import REQUESTS_WIRE
 
@@ -82,3 +89,46 @@ def test_error_kind(error, kind):
 def test_a_proxy_that_answered_407_did_see_the_request():
     """A proxy wanting credentials answered: not a connect failure, and never retried."""
     assert REQUESTS_WIRE.error_kind(proxy_error(WANTS_CREDENTIALS)) is not CONNECT
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        (Reason.BREAKER_OPEN, CircuitOpenError),
+        (Reason.THROTTLED, ThrottledError),
+        (Reason.CONCURRENCY_LIMIT, ConcurrencyLimitError),
+        (Reason.DEADLINE_SPENT, DeadlineExceeded),
+        (Reason.DEADLINE, DeadlineExceeded),
+        (Reason.HEDGE_LOST, HedgeCancelled),
+    ],
+)
+def test_refusal_is_the_library_exception_for_its_reason(reason, kind):
+    """Each reason gives its exception, exactly that class, with the message and the request;
+    a refusal before any try has no original."""
+    request = requests.Request("GET", "http://svc.test/items").prepare()
+    error = REQUESTS_WIRE.refusal(reason, "refused: 3 tries in flight", request)
+    assert type(error) is kind
+    assert isinstance(error, DeadlineExceeded | CircuitOpenError | HedgeCancelled)
+    assert (error.args, error.request, error.original) == (
+        ("refused: 3 tries in flight",),
+        request,
+        None,
+    )
+
+
+def test_a_deadline_cut_keeps_the_timeout_it_stands_for():
+    """A try the deadline cut keeps the timeout it replaced, unchained."""
+    request = requests.Request("GET", "http://svc.test/items").prepare()
+    timed_out = requests.ReadTimeout("Read timed out. (read timeout=0.25)")
+    error = REQUESTS_WIRE.refusal(
+        Reason.DEADLINE, "deadline ran out during try 2", request, original=timed_out
+    )
+    assert type(error) is DeadlineExceeded
+    assert (error.original, error.__cause__, error.__suppress_context__) == (timed_out, None, True)
+    assert REQUESTS_WIRE.error_kind(error) is DEADLINE_CUT
+
+
+def test_no_refusal_for_a_reason_no_guard_refuses_for():
+    """A reason that ends a sent try (here max_attempts) has no refusal: a bug, said loudly."""
+    with pytest.raises(ValueError, match="'max_attempts'"):
+        REQUESTS_WIRE.refusal(Reason.MAX_ATTEMPTS, "x", None)

@@ -25,12 +25,13 @@ from resilient_session._pipeline.attempt import (
     Outcome,
     Reason,
     Verdict,
+    first_attempt,
 )
 from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.refusal import refuse
 from resilient_session._state.hedge import HedgeState
 from resilient_session._transport.arrival import hedge_wait
 from resilient_session._transport.watchdog import WATCHDOG, Watch
-from resilient_session.errors import HedgeCancelled
 
 from .launch import TIMER, real_monotonic
 
@@ -164,11 +165,13 @@ class Race:
         """The outcome of try *number*, which lost: no try for any guard."""
         call = self.call
         why = f"try {self.winner} answered first" if self.winner else "the call ended"
-        error = HedgeCancelled(
+        # Refused as the call's first try would be: about the call's own request, with
+        # nothing to fall back on, as a try that lost never answers the caller (``settled``).
+        return refuse(
+            first_attempt(call),
+            _HEDGE_LOST,
             f"try {number} of {call.method} {call.state.key} was cancelled: {why}",
-            request=call.request,
         )
-        return Outcome(error=error, refused=_HEDGE_LOST)
 
     # --- on the timer's thread and the workers ------------------------------------------------
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.refusal import refuse
 from resilient_session._state.breaker import BreakerState, Transition, TryResult
-from resilient_session.errors import CircuitOpenError
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT
@@ -24,17 +24,12 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     if opened_to_probe is not None:
         report(attempt, opened_to_probe)
     if permit is None:
-        error = CircuitOpenError(
+        return refuse(
+            attempt,
+            Reason.BREAKER_OPEN,
             f"circuit breaker for {breaker.host}{_of_route(breaker.route)} is open; "
             "the call was not sent",
-            request=attempt.request,
-        )
-        return Outcome(
-            error=error,
-            refused=Reason.BREAKER_OPEN,
-            breaker=BreakerState.OPEN,
-            fallback=attempt.last_real,
-        )
+        ).with_breaker(BreakerState.OPEN)
     try:
         outcome = call_next(attempt)
     except BaseException:

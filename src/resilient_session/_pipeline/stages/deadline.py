@@ -17,6 +17,7 @@ from resilient_session._pipeline.attempt import CALLS_OWN, Attempt, Outcome, Rea
 from resilient_session._pipeline.attempt_header import format_attempt
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
+from resilient_session._pipeline.refusal import refuse
 from resilient_session._transport.body import body_cut
 from resilient_session._transport.timeouts import split_timeout
 from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
@@ -44,11 +45,11 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         return call_next(attempt.sending(request, attempt.timeout))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
-        error = DeadlineExceeded(
+        return refuse(
+            attempt,
+            Reason.DEADLINE_SPENT,
             f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
-            request=attempt.request,
         )
-        return Outcome(error=error, refused=Reason.DEADLINE_SPENT, fallback=attempt.last_real)
     connect, read = split_timeout(attempt.timeout)
     connect_cut = connect is None or connect > remaining
     read_cut = read is None or read > remaining

@@ -7,9 +7,10 @@ import requests
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
+from resilient_session._pipeline.refusal import refuse
 from resilient_session._state.limit import Signal
 from resilient_session._transport.timeouts import split_timeout
-from resilient_session.errors import ConcurrencyLimitError, DeadlineExceeded
+from resilient_session.errors import DeadlineExceeded
 
 _SUCCESS = Signal.SUCCESS
 _DROP = Signal.DROP
@@ -25,12 +26,12 @@ def limit_concurrency(attempt: Attempt, call_next: Next, /) -> Outcome:
         return call_next(attempt)
     deadline_at = call.deadline_at
     if not limit.acquire(deadline_at):
-        error = ConcurrencyLimitError(
+        return refuse(
+            attempt,
+            Reason.CONCURRENCY_LIMIT,
             f"concurrency limit for {limit.host} is full ({limit.limit} tries in flight) "
             "and no slot freed in time; the try was not sent",
-            request=attempt.request,
         )
-        return Outcome(error=error, refused=Reason.CONCURRENCY_LIMIT, fallback=attempt.last_real)
     # Read only for a call with a deadline: the one case where the try's length matters.
     started = call.runtime.clock.monotonic() if deadline_at is not None else 0.0
     signal = _IGNORE  # what a try that raised gives back: its slot, and nothing else

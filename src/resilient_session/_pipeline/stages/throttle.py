@@ -5,7 +5,7 @@ from __future__ import annotations
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
-from resilient_session.errors import ThrottledError
+from resilient_session._pipeline.refusal import refuse
 
 
 def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -19,12 +19,12 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     if throttle.may_refuse and state.breaker.closed_admission is not None:
         probability = throttle.ask()
         if probability is not None:
-            error = ThrottledError(
+            return refuse(
+                attempt,
+                Reason.THROTTLED,
                 f"adaptive throttle for {state.key} refused the try (refusal chance "
                 f"{probability:.1%}: the host failed most recent tries); it was not sent",
-                request=attempt.request,
             )
-            return Outcome(error=error, refused=Reason.THROTTLED, fallback=attempt.last_real)
     outcome = call_next(attempt)
     response = outcome.response
     if response is not None and response.status_code < 400 and outcome.error is None:
