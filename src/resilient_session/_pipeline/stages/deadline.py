@@ -12,9 +12,9 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from resilient_session._compat import HeaderStore, header_store, headers_of
+from resilient_session._hops import format_attempt
 from resilient_session._observe.redact import redact_text
 from resilient_session._pipeline.attempt import CALLS_OWN, Attempt, Outcome, Reason
-from resilient_session._pipeline.attempt_header import format_attempt
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._transport.body import body_cut
