@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "resilient_session.clock",
         "resilient_session.deadline",
         "resilient_session._compat",
+        "resilient_session._hops",
     ),
 )
 

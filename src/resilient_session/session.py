@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any, Final
 import requests
 from requests import Request, Response
 from requests.adapters import BaseAdapter, HTTPAdapter
-from requests.structures import CaseInsensitiveDict
 
 from ._foreign import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import CALLS_OWN
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
+from ._transport.owned import mark_owned
 from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
@@ -198,8 +197,7 @@ class ResilientSession(TypedVerbs):
                         cookies=cookies, hooks=hooks,
                     )
                 )  # fmt: skip
-                if type(prepared.headers) is CaseInsensitiveDict:
-                    prepared.__dict__[CALLS_OWN] = True
+                mark_owned(prepared)
                 settings = self.merge_environment_settings(
                     prepared.url, proxies or {}, stream, verify, cert
                 )

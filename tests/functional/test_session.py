@@ -17,8 +17,8 @@ from resilient_session import (
     ResilientSession,
     deadline,
 )
-from resilient_session._pipeline.attempt import CALLS_OWN
 from resilient_session._state.registry import HostRegistry
+from resilient_session._transport.owned import take_owned
 from resilient_session.config import load
 from tests.functional.conftest import FAST
 
@@ -91,7 +91,7 @@ def test_the_first_try_of_a_call_carries_its_header_in_the_request_made_for_it(m
     assert response.request is second
     # The mark that the request is the call's alone ends with its first try: a request the
     # caller takes from a response and sends again is theirs, and goes out as a copy.
-    assert CALLS_OWN not in first.__dict__
+    assert take_owned(first) is False
 
 
 def test_a_response_request_sent_again_is_not_written_to(mock, session):

@@ -13,7 +13,6 @@ import pytest
 import requests
 
 from resilient_session import ResilientSession
-from resilient_session._pipeline.stages.deadline import with_headers
 from resilient_session.adapter import start_call
 from resilient_session.deadline import (
     CallSpan,
@@ -187,57 +186,6 @@ def test_explicit_deadline_replaces_default_and_scope_caps_it(
         call = start_call(request, registry)
     seconds = None if call.deadline_at is None else call.deadline_at - clock.now
     assert seconds == expected
-
-
-def test_a_urllib3_total_timeout_is_split_without_starting_it():
-    """Timeout(total=5) raises when its parts are read before its timer starts; the split reads
-    what it is made of, each part capped by the total."""
-    from urllib3.util import Timeout
-
-    from resilient_session._transport.timeouts import split_timeout
-
-    assert split_timeout(Timeout(total=5)) == (5.0, 5.0)
-    assert split_timeout(Timeout(connect=2, read=9, total=5)) == (2.0, 5.0)
-    assert split_timeout(Timeout(connect=2, read=3)) == (2.0, 3.0)
-
-
-def test_with_headers_leaves_the_callers_request_as_it_was():
-    """The copy sends the new headers (replacing one of another case) and the caller's cookies
-    and body; the caller's own request keeps its headers."""
-    request = requests.Request(
-        "PUT",
-        "http://svc.test/items",
-        headers={"x-request-attempt": "mine", "Accept": "text/plain"},
-        cookies={"session": "abc"},
-        data=b"body",
-    ).prepare()
-    before = dict(request.headers)
-    sent = with_headers(
-        request, [("X-Request-Attempt", "1; max=4"), ("X-Request-Timeout-Ms", "900")]
-    )
-    assert dict(sent.headers) == {
-        **{k: v for k, v in before.items() if k != "x-request-attempt"},
-        "X-Request-Attempt": "1; max=4",
-        "X-Request-Timeout-Ms": "900",
-    }
-    assert sent.headers["x-request-timeout-ms"] == "900"
-    assert dict(request.headers) == before
-    assert (sent.method, sent.url, sent.body) == ("PUT", "http://svc.test/items", b"body")
-    assert sent.headers["Cookie"] == "session=abc"
-    assert sent._cookies.get("session") == "abc"  # type: ignore[attr-defined]  # private in the stubs
-
-
-def test_with_headers_takes_a_plain_dict_of_headers():
-    """A prepared request whose headers were replaced by a plain dict, which requests sends as
-    it is, is copied too: the caller's dict unchanged, a name of another case replaced."""
-    request = requests.Request("GET", "http://svc.test/items").prepare()
-    mine = {"Accept": "text/plain", "x-request-attempt": "mine"}
-    request.headers = mine  # type: ignore[assignment]  # requests sends any mapping
-    sent = with_headers(request, [("X-Request-Attempt", "1; max=4")])
-    assert dict(sent.headers) == {"Accept": "text/plain", "X-Request-Attempt": "1; max=4"}
-    assert sent.headers["x-request-attempt"] == "1; max=4"
-    assert mine == {"Accept": "text/plain", "x-request-attempt": "mine"}
-    assert request.headers is mine
 
 
 def test_a_call_span_keeps_the_earliest_default_of_its_hops():

@@ -47,10 +47,6 @@ class Decision(NamedTuple):
     wait: float = 0.0
 
 
-# Set on a prepared request that ResilientSession.request made for one call and that no one
-# else holds: its first try may carry its headers in it rather than in a copy.
-CALLS_OWN = "_resilient_session_calls_own"
-
 _new_tuple = tuple.__new__
 _new_object = object.__new__
 

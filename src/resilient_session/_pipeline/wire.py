@@ -13,7 +13,7 @@ Two Protocols and no code: ``_pipeline`` and ``_state`` name no transport librar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 # The table's error half is keyed by it, so it lives with the table, below the pipeline.
@@ -33,6 +33,38 @@ class Answer(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
     def close(self) -> None: ...
+
+
+class Bound(Protocol):
+    """One try's bound in time (``Wire.bounded``): entered around the try, read after it."""
+
+    @property
+    def fired(self) -> bool:
+        """After the try: True when the bound cut it short."""
+        ...
+
+    def __enter__(self) -> Bound: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
+class RaceBound(Bound, Protocol):
+    """The bound of one try of a hedged call's race (``Wire.raced``), which the race holds."""
+
+    def cut(self) -> None:
+        """End the try now, from any thread: another try of its race answered first."""
+        ...
+
+    def pass_on(self) -> None:
+        """After a try that won: a firing of this bound counts as the firing of the bound
+        around it (``Wire.bounded``), so the deadline stage sees a try its deadline cut."""
+        ...
+
+    def hedge_wait(self, delay: float) -> float:
+        """Seconds a hedge of this try should still wait, its race's *delay* having passed on
+        the caller's clock: more while the answer is in, what is left of the delay since the
+        request really went out, or 0 (out for the delay with no answer, or no one can tell)."""
+        ...
 
 
 class Wire(Protocol):
@@ -55,5 +87,53 @@ class Wire(Protocol):
         ...
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
+
+    def with_headers(self, request: Any, pairs: Iterable[tuple[str, str]], first: bool) -> Any:
+        """*request* sending the ``(name, value)`` *pairs* too: a copy, the caller's request
+        left as it was, but for a call's *first* try of a request that call alone holds
+        (``mark_owned``), written into the request itself."""
+        ...
+
+    def timeouts(self, timeout: Any) -> tuple[float | None, float | None]:
+        """``(connect, read)`` seconds of a timeout the transport accepts; None is no limit."""
+        ...
+
+    def clamped(self, timeout: Any, remaining: float) -> tuple[Any, bool, bool]:
+        """*timeout* with no part longer than *remaining*, and whether the connect and the
+        read part were cut to it (the deadline, not the try's own timeout, then ends them)."""
+        ...
+
+    def bounded(self, remaining: float, body: bool) -> Bound:
+        """A bound ending the try entered in it *remaining* seconds from now, wherever it is:
+        up to the body's last byte when *body*, else (the caller streams the body) up to its
+        headers."""
+        ...
+
+    def raced(self) -> RaceBound:
+        """A bound for one try of a hedged call's race: it ends where the bound around it
+        ends (``bounded``, none without a deadline), or sooner, when the race cuts it."""
+        ...
+
+    def deadline_error(
+        self,
+        fired: bool,
+        error: BaseException | None,
+        answer: Answer | None,
+        cuts: tuple[bool, bool],
+        message: str,
+        request: Any,
+        redact: frozenset[str],
+    ) -> Exception | None:
+        """What a try ended with under a bound that *fired* or not, as the caller sees it, or
+        None to keep its own ending: the deadline error for a timeout the deadline caused (one
+        of the ``cuts`` parts, as ``clamped`` said) or a cut, *message* followed by the
+        error's text redacted of *redact*, the error kept as its ``original``; for an
+        *answer* whose body the bound cut short, the answer closed and the deadline error."""
+        ...
+
+    def cut_connecting(self, error: BaseException) -> bool:
+        """Whether *error*, a try the deadline cut short, was cut before its connection was
+        made, so the try's own connect timeout (not its read timeout) was the one running."""
+        ...
 
     # -- answers: release one a retry replaces, carry the cookies it set ---------------------

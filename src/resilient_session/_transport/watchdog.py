@@ -26,6 +26,8 @@ from typing import Final
 
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 
+from .arrival import hedge_wait
+
 # A watch's life: IDLE until a connection arms it, then DISARMED by its try or FIRING and
 # FIRED by the watchdog; DISARMED and FIRED are final. Ordered so that one comparison,
 # ``state <= DISARMED``, says "ended, or never armed, and not fired" on the hot path.
@@ -201,33 +203,62 @@ class Watchdog:
 
 WATCHDOG: Final = Watchdog()
 
-# The watch of the try running in this context, set by the deadline stage around each try of
-# a call with a deadline, and by a hedged call's race around each of its tries (a stand-in);
-# connections arm it. Other calls without a deadline never set it.
+# The watch of the try running in this context, set by a TryWatch around each try of a call
+# with a deadline (the deadline stage's bound) and by a RaceWatch around each try of a hedged
+# call (the race's); connections arm it. Other calls without a deadline never set it.
 WATCHED: Final[contextvars.ContextVar[Watch | None]] = contextvars.ContextVar(
     "resilient_session_watch", default=None
 )
 
 
-def settle(watch: Watch) -> bool:
-    """End a try's *watch*: True when the watchdog cut the try short."""
-    return watch.state > DISARMED and WATCHDOG.disarm(watch)
+class TryWatch(Watch):
+    """The watch over one try, and the bound the try runs in: the context's watch inside the
+    ``with`` around the try, which connections arm, and settled on the way out (``fired``)."""
+
+    __slots__ = ("_token", "fired")
+
+    fired: bool  # set on the way out: the watchdog cut the try short
+
+    def __enter__(self) -> TryWatch:
+        self._token = WATCHED.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        WATCHED.reset(self._token)
+        # The settle rule, the one place it is written: a watch its connection disarmed, as
+        # every healthy try's is, costs one comparison.
+        self.fired = self.state > DISARMED and WATCHDOG.disarm(self)
 
 
-def stand_in(outer: Watch | None) -> Watch:
-    """A watch that another thread may cut (:meth:`Watchdog.cut`), set in *outer*'s place
-    around one try: it ends at *outer*'s instant and, like it, with the body or the headers;
-    without *outer* (a call with no deadline), only a cut fires it. *outer* is never armed."""
-    watch = Watch(_INF)
-    if outer is not None:
-        watch.until, watch.body = outer.until, outer.body
-    return watch
+class RaceWatch(TryWatch):
+    """A hedged call's try's watch, which another thread may cut (:meth:`cut`), set in place
+    of the try's own (*outer*, the deadline stage's, never armed itself) around one try: it
+    ends at *outer*'s instant and, like it, with the body or the headers; without *outer* (a
+    call with no deadline), only a cut fires it."""
 
+    __slots__ = ("outer",)
 
-def pass_on(outer: Watch) -> None:
-    """Settle *outer* as fired: its stand-in fired at *outer*'s own instant, so whoever opened
-    *outer* sees a try the deadline cut, as if *outer* had been armed itself."""
-    outer.state = FIRED
+    def __init__(self, outer: Watch | None) -> None:
+        super().__init__(_INF)
+        if outer is not None:
+            self.until, self.body = outer.until, outer.body
+        self.outer = outer
+
+    def cut(self) -> None:
+        """End the try now, from any thread (``Watchdog.cut``)."""
+        WATCHDOG.cut(self)
+
+    def pass_on(self) -> None:
+        """Settle *outer* as fired when this watch fired: it fired at *outer*'s own instant (a
+        winner is never cut), so whoever opened *outer* sees a try the deadline cut, as if
+        *outer* had been armed itself."""
+        if self.fired and self.outer is not None:
+            self.outer.state = FIRED
+
+    def hedge_wait(self, delay: float) -> float:
+        """Seconds a hedge of this try should still wait, *delay* having passed on the
+        caller's clock, as the kernel saw its socket (``arrival.hedge_wait``)."""
+        return hedge_wait(self.sock, delay)
 
 
 if hasattr(os, "register_at_fork"):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from resilient_session._hops import ATTEMPT_HEADER, TIMEOUT_HEADER
 from resilient_session._observe.redact import REDACTED, redact_store_url
 
 from .store import check_state
@@ -130,8 +131,8 @@ class DeadlinePolicy(StrictStruct, frozen=True):
     what remains of the deadline, and which try of how many this is."""
 
     default: Seconds | None = None
-    header: HeaderName | None = "X-Request-Timeout-Ms"
-    attempt_header: HeaderName | None = "X-Request-Attempt"
+    header: HeaderName | None = TIMEOUT_HEADER
+    attempt_header: HeaderName | None = ATTEMPT_HEADER
 
     def __post_init__(self) -> None:
         check_header_names(self, ("header", "attempt_header"))

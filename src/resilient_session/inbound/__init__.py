@@ -3,8 +3,9 @@ chain of services using this library retries at one layer and stops when the cal
 
 from __future__ import annotations
 
+from resilient_session._hops import AttemptHeader, format_attempt, parse_attempt, parse_timeout_ms
+
 from .asgi import ASGIMiddleware
-from .headers import AttemptHeader, format_attempt, parse_attempt, parse_timeout_ms
 from .wsgi import WSGIMiddleware
 
 __all__ = [

@@ -7,6 +7,7 @@ import contextvars
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from resilient_session._hops import parse_attempt, parse_timeout_ms, single
 from resilient_session._pipeline import intent
 from resilient_session.clock import Clock
 from resilient_session.config import Config
@@ -14,7 +15,6 @@ from resilient_session.deadline import DeadlineScope, current_scope
 from resilient_session.deadline import enter as enter_scope
 from resilient_session.deadline import leave as leave_scope
 
-from .headers import parse_attempt, parse_timeout_ms, single
 from .peers import TrustedNetworks
 
 

@@ -16,7 +16,7 @@ from resilient_session._pipeline.attempt import Call
 from resilient_session._pipeline.hedging.launch import TIMER
 from resilient_session._pipeline.hedging.race import Race
 from resilient_session._state.hedge import FLOOR, WINDOW, p95
-from resilient_session._transport.watchdog import WATCHDOG, Watch
+from resilient_session._transport.watchdog import WATCHDOG, RaceWatch
 from tests.conftest import Harness
 from tests.threads import run_together
 
@@ -43,7 +43,7 @@ def _race_of(call: Call) -> Race:
     assert call.state.hedge is not None
     race = Race(call, call.state.hedge, _no_hedge_runs, contextvars.copy_context())
     call.state.bucket.deposit()  # what the budget stage does for a first try
-    assert race.sending(1, Watch(60))
+    assert race.sending(1, RaceWatch(None))
     return race
 
 
@@ -63,7 +63,7 @@ def _hedge_won(h: Harness, hedge_seconds: float, first_seconds: float) -> None:
     first try, cut, comes back after *first_seconds*."""
     race = _race(h)
     race.launch()
-    assert race.sending(2, Watch(60))
+    assert race.sending(2, RaceWatch(None))
     assert race.answered(2, hedge_seconds)
     assert not race.answered(1, first_seconds, fired=True)
 
@@ -72,7 +72,7 @@ def _first_beat_its_hedge(h: Harness, first_seconds: float) -> None:
     """A call whose hedge goes out at the delay and is still out when the first try answers."""
     race = _race(h)
     race.launch()
-    assert race.sending(2, Watch(60))
+    assert race.sending(2, RaceWatch(None))
     assert race.answered(1, first_seconds)
     assert not race.answered(2, first_seconds - (race._delay or 0), fired=True)
 
@@ -175,7 +175,7 @@ def _call(call: Call, host: _Host) -> float | None:
         race.answered(1, first)  # answered before its delay, or no hedge could go
         return delay
     assert delay is not None
-    assert race.sending(2, Watch(60))
+    assert race.sending(2, RaceWatch(None))
     hedge = host.fast_try()
     if delay + hedge < first:
         assert race.answered(2, hedge)

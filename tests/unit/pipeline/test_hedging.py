@@ -18,7 +18,7 @@ from resilient_session._pipeline.hedging.stages import race_try
 from resilient_session._pipeline.stages import racing_stages, standard_chain
 from resilient_session._pipeline.stages.deadline import enforce_deadline
 from resilient_session._pipeline.stages.send import tell_senders
-from resilient_session._transport.watchdog import WATCHDOG, Watch
+from resilient_session._transport.watchdog import WATCHDOG, RaceWatch, Watch
 from resilient_session.errors import HedgeCancelled
 from resilient_session.testing import ScriptedTransport
 from tests.conftest import Harness
@@ -58,7 +58,7 @@ def _refused(attempt: Attempt) -> Outcome:
 def _slow_call(race: Race) -> None:
     """The first try goes out and is still out when its delay has passed."""
     race.call.state.bucket.deposit()  # what the budget stage does for a first try
-    assert race.sending(1, Watch(60))
+    assert race.sending(1, RaceWatch(None))
 
 
 def test_a_hedge_takes_a_budget_token_and_no_token_means_no_hedge(harness, launched):
@@ -120,7 +120,7 @@ def test_the_first_try_to_end_wins_and_every_other_is_cut(harness, launched, cut
     comes back, is told it lost; the host counts one hedge, one win, one cancelled."""
     h = harness({"defaults": {"hedging": HEDGING}})
     race = _race(h)
-    first_watch, hedge_watch = Watch(60), Watch(60)
+    first_watch, hedge_watch = RaceWatch(None), RaceWatch(None)
     assert race.sending(1, first_watch)
     race.launch()
     assert race.sending(2, hedge_watch)
@@ -258,10 +258,8 @@ def test_no_hedge_while_the_first_try_waits_for_its_own_thread(harness, launched
     """The first try's socket says its answer is in (or its request left late): no hedge goes
     and no token is taken; the race is looked at again when the socket says, and hedged then
     if the request has been out for the delay with no answer."""
-    import resilient_session._pipeline.hedging.race as race_module
-
     waits: list[float] = [0.05, 0.0]
-    monkeypatch.setattr(race_module, "hedge_wait", lambda sock, delay: waits.pop(0))
+    monkeypatch.setattr(RaceWatch, "hedge_wait", lambda self, delay: waits.pop(0))
     h = harness({"defaults": {"hedging": HEDGING}})
     race = _race(h)
     _slow_call(race)

@@ -15,9 +15,9 @@ from resilient_session._transport.watchdog import (
     FIRING,
     IDLE,
     WATCHDOG,
+    TryWatch,
     Watch,
     Watchdog,
-    settle,
 )
 from resilient_session.testing import FakeClock
 
@@ -180,9 +180,10 @@ def test_settle_is_free_for_a_watch_that_was_never_armed(monkeypatch):
         raise AssertionError("disarm called for a watch that was never armed")
 
     monkeypatch.setattr(WATCHDOG, "disarm", no_disarm)
-    watch = Watch(1.0)
-    assert watch.state == IDLE
-    assert settle(watch) is False
+    watch = TryWatch(1.0)
+    with watch:
+        assert watch.state == IDLE
+    assert watch.fired is False
 
 
 def test_the_thread_starts_only_when_a_watch_is_armed(clock):

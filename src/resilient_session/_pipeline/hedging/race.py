@@ -29,9 +29,8 @@ from resilient_session._pipeline.attempt import (
 )
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.refusal import refuse
+from resilient_session._pipeline.wire import RaceBound
 from resilient_session._state.hedge import HedgeState
-from resilient_session._transport.arrival import hedge_wait
-from resilient_session._transport.watchdog import WATCHDOG, Watch
 
 from .launch import TIMER, real_monotonic
 
@@ -89,7 +88,7 @@ class Race:
         self._lock = threading.Lock()
         # Made only when the caller has to wait for a hedge that won: most races never do.
         self._done: threading.Condition | None = None
-        self._wire: dict[int, Watch] = {}  # tries on the wire, by number: the watch a cut fires
+        self._wire: dict[int, RaceBound] = {}  # tries on the wire, by number: the bound a cut ends
         self._sent: set[int] = set()
         self._lost: set[int] = set()
         # The highest try number given out: the first try and each hedge launched.
@@ -100,15 +99,15 @@ class Race:
 
     # --- on the thread of the try, from the racing stages -----------------------------------
 
-    def sending(self, number: int, watch: Watch) -> bool:
-        """Try *number*, past every guard, is about to go out under *watch*; False when
+    def sending(self, number: int, bound: RaceBound) -> bool:
+        """Try *number*, past every guard, is about to go out under *bound*; False when
         another try has already answered, and it must not."""
         with self._lock:
             lost = self.winner is not None
             if lost:
                 self._lost.add(number)
             else:
-                self._wire[number] = watch
+                self._wire[number] = bound
                 self._sent.add(number)
         if number > 1:
             self.hedge.count(hedges=1, cancelled=int(lost))
@@ -117,7 +116,7 @@ class Race:
         return not lost
 
     def answered(self, number: int, seconds: float, fired: bool = False) -> bool:
-        """Try *number* ended after *seconds* on the wire, cut short if its watch *fired*;
+        """Try *number* ended after *seconds* on the wire, cut short if its bound *fired*;
         True when it was the first, in which case every other try still out is cut."""
         with self._lock:
             self._wire.pop(number, None)
@@ -131,8 +130,8 @@ class Race:
                 cut = []
         if number == 1:
             TIMER.cancel(self)
-        for watch in cut:
-            WATCHDOG.cut(watch)
+        for bound in cut:
+            bound.cut()
         if number == 1:
             # Only the first try teaches the delay; a hedge out against it as it answered
             # is on the wire still, about to be cut.
@@ -191,7 +190,7 @@ class Race:
         if first is not None and self._delay is not None:
             # A try whose answer is in, or whose request left late, is waiting for its own
             # thread: a hedge would only add load to a process already behind.
-            wait = hedge_wait(first.sock, self._delay)
+            wait = first.hedge_wait(self._delay)
             if wait > 0:
                 return real_monotonic() + wait
         deadline_at = call.deadline_at
@@ -261,5 +260,5 @@ class Race:
                 self.winner = 0
             cut = list(self._wire.values())
             self._wire.clear()
-        for watch in cut:
-            WATCHDOG.cut(watch)
+        for bound in cut:
+            bound.cut()

@@ -9,14 +9,12 @@ from resilient_session._observe.events import logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Middleware, Next
 from resilient_session._pipeline.stages.event_fields import try_record
-from resilient_session._transport.watchdog import WATCHED, pass_on, settle, stand_in
 
 from .launch import real_monotonic
 from .race import RACE
 
 _INFO = logging.INFO
 _current_race = RACE.get
-_current_watch = WATCHED.get
 
 
 def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -24,34 +22,30 @@ def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
 
     Inside every guard and the deadline stage, so only a try that is really going out joins
     the race (and starts its clock), and outside the send stage, so a try that will not go
-    out is never told to the send hooks. The try runs under a watch of its own, which the race
+    out is never told to the send hooks. The try runs under a bound of its own, which the race
     can cut from another thread; it ends at the deadline stage's instant, and a try it cut
-    there is handed back to that stage as its own watch's cut. A try that lost comes back as
+    there is handed back to that stage as its own bound's cut. A try that lost comes back as
     refused for the guards: neither a success nor a failure, and no try for their counts.
     """
     race = _current_race()
     if race is None:  # pragma: no cover - a racing chain always runs inside its race
         return call_next(attempt)
     number = attempt.number
-    outer = _current_watch()
-    watch = stand_in(outer)
-    if not race.sending(number, watch):
+    bound = attempt.call.wire.raced()
+    if not race.sending(number, bound):
         return race.cancelled(number)
-    token = WATCHED.set(watch)
     started = real_monotonic()
     try:
-        outcome = call_next(attempt)
+        with bound:
+            outcome = call_next(attempt)
     finally:
-        WATCHED.reset(token)
-        fired = settle(watch)
-        won = race.answered(number, real_monotonic() - started, fired)
+        won = race.answered(number, real_monotonic() - started, bound.fired)
     if not won:
         response = outcome.response
         if response is not None:
             response.close()  # its connection was cut, or its body read: never the caller's
         return race.cancelled(number)
-    if fired and outer is not None:
-        pass_on(outer)  # no one cuts a winner: its watch fired at the deadline
+    bound.pass_on()  # no one cuts a winner: a bound of its that fired, fired at the deadline
     return outcome
 
 

@@ -1,27 +1,16 @@
 """The deadline stage: fail fast when the deadline is spent, clamp timeouts, and tell the
-upstream what is left of the deadline and which try this is."""
+upstream what is left of the deadline and which try this is; the call's wire
+(``_pipeline/wire.py``) writes the headers, clamps the timeouts and bounds the try."""
 
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
 
-import requests
-from requests.structures import CaseInsensitiveDict
-
-from resilient_session._compat import HeaderStore, header_store, headers_of
-from resilient_session._observe.redact import redact_text
-from resilient_session._pipeline.attempt import CALLS_OWN, Attempt, Outcome, Reason
-from resilient_session._pipeline.attempt_header import format_attempt
+from resilient_session._hops import format_attempt
+from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._pipeline.refusal import refuse
-from resilient_session._transport.body import body_cut
-from resilient_session._transport.timeouts import split_timeout
-from resilient_session._transport.watchdog import DISARMED, WATCHDOG, WATCHED, Watch
-from resilient_session.errors import DeadlineExceeded
 
 
 def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -33,16 +22,12 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         if attempt_header is None:
             return call_next(attempt)
         request = attempt.request
-        if attempt.number == 1 and request.__dict__.pop(CALLS_OWN, False):
-            # A request this call alone holds carries its first try's header itself: a copy
-            # costs ~11,000 instructions, this write a few hundred.
-            header_store(request.headers)[attempt_header.lower()] = (
-                attempt_header,
-                attempt_value(attempt),
-            )
+        sent = call.wire.with_headers(
+            request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
+        )
+        if sent is request:  # written into the call's own request: no copy, no new attempt
             return call_next(attempt)
-        request = with_headers(request, ((attempt_header, attempt_value(attempt)),))
-        return call_next(attempt.sending(request, attempt.timeout))
+        return call_next(attempt.sending(sent, attempt.timeout))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
         return refuse(
@@ -50,10 +35,8 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
             Reason.DEADLINE_SPENT,
             f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
         )
-    connect, read = split_timeout(attempt.timeout)
-    connect_cut = connect is None or connect > remaining
-    read_cut = read is None or read > remaining
-    timeout = (remaining if connect_cut else connect, remaining if read_cut else read)
+    wire = call.wire
+    timeout, connect_cut, read_cut = wire.clamped(attempt.timeout, remaining)
     request = attempt.request
     names = call.state.policy.deadline
     if names.header is not None or names.attempt_header is not None:
@@ -62,78 +45,24 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
             values.append((names.header, str(int(remaining * 1000))))
         if names.attempt_header is not None:
             values.append((names.attempt_header, attempt_value(attempt)))
-        if attempt.number == 1 and request.__dict__.pop(CALLS_OWN, False):
-            store = header_store(request.headers)
-            for name, value in values:
-                store[name.lower()] = (name, value)
-        else:
-            request = with_headers(request, values)
-    # Per-read timeouts restart with each byte; the watchdog bounds the whole try: up to
-    # the body's last byte, unless the caller streams the body and so reads it later.
-    watch = Watch(remaining, body=False) if call.stream else Watch(remaining)
-    token = WATCHED.set(watch)
-    try:
+        request = wire.with_headers(request, values, attempt.number == 1)
+    # Up to the body's last byte, unless the caller streams the body and so reads it later.
+    with wire.bounded(remaining, not call.stream) as bound:
         outcome = call_next(attempt.sending(request, timeout))
-    finally:
-        WATCHED.reset(token)
-        # watchdog.settle(), inlined: a watch its connection disarmed, as every healthy try's
-        # is, costs one comparison.
-        fired = watch.state > DISARMED and WATCHDOG.disarm(watch)
-    timed_out = outcome.error
-    if fired and timed_out is None and outcome.response is not None:
-        # Only a watch that lasts through the body fires on a try that returned: the body
-        # ended as its socket was shut down, so it may be cut short (a trailer is, silently).
-        return Outcome(error=body_cut(outcome.response, call.runtime.redact))
-    if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
-        not isinstance(timed_out, DeadlineExceeded)
-    ):
-        cut = connect_cut if isinstance(timed_out, requests.ConnectTimeout) else read_cut
-        if cut or fired:
-            exceeded = DeadlineExceeded(
-                f"deadline for {call.method} {call.state.key} ran out during try "
-                f"{attempt.number}: {redact_text(str(timed_out), call.runtime.redact)}",
-                request=attempt.request,
-                # Kept, not chained: urllib3's text in it quotes the whole URL.
-                original=timed_out,
-            )
+    fired = bound.fired
+    if fired or outcome.error is not None:
+        exceeded = wire.deadline_error(
+            fired,
+            outcome.error,
+            outcome.response,
+            (connect_cut, read_cut),
+            f"deadline for {call.method} {call.state.key} ran out during try {attempt.number}",
+            attempt.request,
+            call.runtime.redact,
+        )
+        if exceeded is not None:
             return Outcome(error=exceeded)
     return outcome
-
-
-def with_headers(
-    request: requests.PreparedRequest, values: Iterable[tuple[str, str]]
-) -> requests.PreparedRequest:
-    """A copy of *request* that also sends the ``(name, value)`` pairs of *values*; the
-    caller's request is never changed.
-
-    ``PreparedRequest.copy()`` without the cookie jar's copy, and with the header map's store
-    copied and written directly (a folded name maps to the name as given and its value, as
-    ``CaseInsensitiveDict`` keeps them): this runs on every try, where ``copy()`` and a header
-    set cost about 9 µs and this about 1.5. Nothing changes the jar of a request on its way
-    out: requests copies a request before it changes its cookies (redirects), and so does
-    ``Attempt.next``.
-    """
-    sent = _new_object(requests.PreparedRequest)
-    # The instance dict copied whole rather than filled key by key: ~1,600 instructions less.
-    sent.__dict__ = request.__dict__.copy()
-    original: Any = request.headers
-    if original is None:
-        store: HeaderStore = OrderedDict()
-    elif isinstance(original, CaseInsensitiveDict):
-        # OrderedDict.copy, not dict(): a plain dict reads an OrderedDict through its keys
-        # and costs half as much again (about 5,200 instructions against 3,500).
-        store = header_store(original).copy()
-    else:
-        # Any other mapping (a plain dict put on a prepared request), which requests sends as
-        # it is: read into the map requests would have made of it.
-        store = header_store(CaseInsensitiveDict(original))
-    for name, value in values:
-        store[name.lower()] = (name, value)
-    sent.headers = headers_of(store)
-    return sent
-
-
-_new_object = object.__new__
 
 
 def attempt_value(attempt: Attempt) -> str:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import requests
-
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.refusal import refuse
+from resilient_session._pipeline.wire import ErrorKind
 from resilient_session._state.limit import Signal
-from resilient_session._transport.timeouts import split_timeout
-from resilient_session.errors import DeadlineExceeded
 
 _SUCCESS = Signal.SUCCESS
 _DROP = Signal.DROP
@@ -56,9 +53,14 @@ def _signal(attempt: Attempt, outcome: Outcome, started: float) -> Signal:
     slow. A shorter one only says the caller was impatient, as for the breaker.
     """
     error = outcome.error
-    if isinstance(error, DeadlineExceeded) and outcome.refused is None:
-        connect, read = split_timeout(attempt.timeout)
-        own = connect if isinstance(error.original, requests.ConnectTimeout) else read
+    wire = attempt.call.wire
+    if (
+        error is not None
+        and outcome.refused is None
+        and wire.error_kind(error) is ErrorKind.DEADLINE_CUT
+    ):
+        connect, read = wire.timeouts(attempt.timeout)
+        own = connect if wire.cut_connecting(error) else read
         if own is not None and attempt.call.runtime.clock.monotonic() - started >= own:
             return _DROP
         return _IGNORE

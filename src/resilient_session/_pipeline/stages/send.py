@@ -8,8 +8,6 @@ from resilient_session._observe.redact import redact_url
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next
 
-from .deadline import with_headers
-
 
 def tell_senders(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Inside every guard, so only a try that leaves is seen; its headers go on this try's own
@@ -28,5 +26,7 @@ def tell_senders(attempt: Attempt, call_next: Next, /) -> Outcome:
     for sender in runtime.senders:
         headers.extend(sender.on_send(sending))
     if headers:
-        attempt = attempt.sending(with_headers(attempt.request, headers), attempt.timeout)
+        attempt = attempt.sending(
+            call.wire.with_headers(attempt.request, headers, False), attempt.timeout
+        )
     return call_next(attempt)

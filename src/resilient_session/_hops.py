@@ -1,5 +1,9 @@
-"""Reading the caller's ``X-Request-Timeout-Ms`` and ``X-Request-Attempt`` headers, and
-writing the second one (``format_attempt``, kept here); anything malformed reads as absent."""
+"""The two headers a call tells the next hop with, ``X-Request-Timeout-Ms`` and
+``X-Request-Attempt``: their names, the attempt value's format, and the parsers the inbound
+middleware reads them with; anything malformed reads as absent.
+
+The deadline stage writes them and ``inbound/`` reads them, so what one sends the other reads
+by construction (a leaf: it imports nothing of the package)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from resilient_session._pipeline.attempt_header import format_attempt
+# The names sent unless the config names others (``deadline.header``, ``attempt_header``).
+TIMEOUT_HEADER: Final = "X-Request-Timeout-Ms"
+ATTEMPT_HEADER: Final = "X-Request-Attempt"
 
 # Integer milliseconds, as the library sends them. Fifteen digits (over 30,000 years) is more
 # than any max_ms allows, and keeps int() cheap on a hostile value.
@@ -19,6 +25,8 @@ _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _OWS: Final = " \t"
 
 __all__ = [
+    "ATTEMPT_HEADER",
+    "TIMEOUT_HEADER",
     "AttemptHeader",
     "format_attempt",
     "parse_attempt",
@@ -37,6 +45,11 @@ class AttemptHeader(NamedTuple):
     def caller_retries(self) -> bool:
         """True when the caller may try again after this try."""
         return self.number < self.max_attempts
+
+
+def format_attempt(number: int, max_attempts: int) -> str:
+    """The ``X-Request-Attempt`` value of try *number* out of at most *max_attempts*."""
+    return f"{number}; max={max_attempts}"
 
 
 def single(values: Sequence[str]) -> str | None:

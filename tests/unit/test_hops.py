@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resilient_session.inbound.headers import (
+from resilient_session._hops import (
     AttemptHeader,
     format_attempt,
     parse_attempt,
