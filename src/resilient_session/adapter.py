@@ -14,6 +14,8 @@ from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict, first_attempt
+from ._pipeline.call_stage import Run
+from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next, resume
 from ._pipeline.stages import standard_chain
 from ._state.breaker import BreakerState
@@ -91,10 +93,12 @@ class ResilientAdapter(HTTPAdapter):
             owned.close()
             self._own_registry = None
         self._registry = registry
-        # The stages are functions and read the registry's runtime from each call: the chain
-        # asks the runtime only whether hooks listen, and is built here for the unpickled
-        # adapter too.
-        self._chain: Next = standard_chain(self._transport, registry.runtime)
+        # The stages are functions and read the registry's runtime from each call: the chains
+        # ask the runtime only whether hooks listen and which call stages it needs, and are
+        # built here for the unpickled adapter too.
+        runtime = registry.runtime
+        self._chain: Next = standard_chain(self._transport, runtime)
+        self._calls: Run | None = call_chain(self._chain, self._transport, runtime)
         # Only a config that caps some host's responses builds capped ones (requests'
         # extension point for adapters): with every cap null, no call pays for the cap.
         if caps_any(registry.config):
@@ -151,13 +155,18 @@ class ResilientAdapter(HTTPAdapter):
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
         call = start_call(request, self._registry, stream, timeout, verify, cert, proxies)
-        # Attempt.first and Outcome.unwrap, inlined for the call that ends with a response of
-        # its own: two frames a call. The first try is sent here and the loop entered only
-        # for a retry: a frame less (~400 instructions) for a call its first try ends.
-        first = first_attempt(call)
-        outcome = self._chain(first)
-        if outcome.decision.verdict is _RETRY:
-            outcome = resume(self._chain, first, outcome)
+        calls = self._calls
+        if calls is None:
+            # No call stage: call_stage.Tries, inlined, as is Outcome.unwrap for the call that
+            # ends with a response of its own: three frames a call. The first try is sent
+            # here and the loop entered only for a retry: a frame less (~400 instructions)
+            # for a call its first try ends.
+            first = first_attempt(call)
+            outcome = self._chain(first)
+            if outcome.decision.verdict is _RETRY:
+                outcome = resume(self._chain, first, outcome)
+        else:
+            outcome = calls(call)
         response = outcome.response
         if response is not None and outcome.error is None and outcome.fallback is None:
             return response

@@ -1,4 +1,5 @@
-"""The pipeline's shape: middleware, their composition, and the one loop that drives tries."""
+"""The per-try level of the pipeline: try stages, their composition into a chain, and the one
+loop that drives a call's tries on it (the per-call level, around it, is ``call_stage.py``)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,25 @@ Next: TypeAlias = Callable[[Attempt], Outcome]
 _RETRY = Verdict.RETRY
 
 
-class Middleware(Protocol):
-    """One stage: runs once per try, around the stages inside it."""
+class TryStage(Protocol):
+    """One stage of the per-try chain: runs once per try, around the stages inside it."""
 
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome: ...
 
 
-def compose(middlewares: Sequence[Middleware], transport: Next) -> Next:
-    """Chain *middlewares* around *transport*; the first one is the outermost."""
+# The racing stages (hedging/stages.py) still name the protocol by its older name.
+Middleware: TypeAlias = TryStage
+
+
+def compose(stages: Sequence[TryStage], transport: Next) -> Next:
+    """Chain *stages* around *transport*; the first one is the outermost."""
     handler = transport
-    for middleware in reversed(middlewares):
-        handler = _link(middleware, handler)
+    for stage in reversed(stages):
+        handler = _link(stage, handler)
     return handler
 
 
-def _link(middleware: Middleware, call_next: Next) -> Next:
+def _link(middleware: TryStage, call_next: Next) -> Next:
     if isinstance(middleware, FunctionType) and middleware.__code__.co_posonlyargcount == 2:
         # A copy of the stage function whose second parameter defaults to *call_next*: it is
         # called with the attempt alone, as the link, without a frame of its own in between

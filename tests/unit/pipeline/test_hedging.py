@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 import pytest
 
-from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
-from resilient_session._pipeline.drive import drive
-from resilient_session._pipeline.hedging.chain import HedgedChain
+from resilient_session._pipeline.attempt import Attempt, Call, Decision, Outcome, Reason, Verdict
+from resilient_session._pipeline.call_stage import Tries
+from resilient_session._pipeline.chains import call_chain, call_stages
+from resilient_session._pipeline.drive import compose
+from resilient_session._pipeline.hedging.hedged_call import HedgeCalls
 from resilient_session._pipeline.hedging.launch import TIMER, real_monotonic
 from resilient_session._pipeline.hedging.race import RACE, Race
+from resilient_session._pipeline.hedging.racing_stages import racing_slots
 from resilient_session._pipeline.hedging.stages import race_try
-from resilient_session._pipeline.stages import racing_stages, standard_chain
-from resilient_session._pipeline.stages.deadline import enforce_deadline
-from resilient_session._pipeline.stages.send import tell_senders
+from resilient_session._pipeline.stages import standard_chain
 from resilient_session._transport.watchdog import WATCHDOG, RaceWatch, Watch
 from resilient_session.errors import HedgeCancelled
 from resilient_session.testing import ScriptedTransport
@@ -183,17 +185,36 @@ def test_a_retry_the_race_left_no_try_number_for_gives_up(harness, launched):
     assert bucket.snapshot().tokens == tokens + 1
 
 
-def _spies() -> tuple[HedgedChain, list[str]]:
+_SUCCESS = Outcome(decision=Decision(Verdict.SUCCESS, Reason.OK))
+
+
+class _SpyRun(Tries):
+    """The plain run, recording each call run on it and each try resumed from."""
+
+    def __init__(self, chain: Callable[[Attempt], Outcome], ran: list[str]) -> None:
+        super().__init__(chain)
+        self.ran = ran
+
+    def __call__(self, call: Call, /) -> Outcome:
+        self.ran.append("run")
+        return super().__call__(call)
+
+    def resume(self, attempt: Attempt, outcome: Outcome, /) -> Outcome:
+        self.ran.append(f"resume after {attempt.number}")
+        return super().resume(attempt, outcome)
+
+
+def _spies() -> tuple[HedgeCalls, _SpyRun, list[str]]:
     ran: list[str] = []
 
     def spy(name: str) -> Callable[[Attempt], Outcome]:
-        def run(attempt: Attempt) -> Outcome:
+        def chain(attempt: Attempt) -> Outcome:
             ran.append(name if RACE.get() is None else f"{name} in race")
-            return Outcome(decision=Decision(Verdict.SUCCESS, Reason.OK))
+            return _SUCCESS
 
-        return run
+        return chain
 
-    return HedgedChain(spy("plain"), spy("first"), spy("hedge")), ran
+    return HedgeCalls(spy("first"), spy("hedge")), _SpyRun(spy("plain"), ran), ran
 
 
 @pytest.mark.parametrize(
@@ -211,34 +232,64 @@ def _spies() -> tuple[HedgedChain, list[str]]:
 )
 def test_which_calls_race(harness, config, request_, races):
     """Only idempotent, replayable calls with a try number to spare, to a host that hedges,
-    race; every other call runs the plain chain."""
+    race; every other call is run as it would be without hedging."""
     h = harness({"defaults": {"hedging": HEDGING, **config}})
-    chain, ran = _spies()
-    chain(h.first_attempt(**request_))
-    assert ran == (["first in race"] if races else ["plain"])
+    stage, run, ran = _spies()
+    outcome = stage(h.first_attempt(**request_).call, run)
+    assert outcome is _SUCCESS
+    assert ran == (["first in race", "resume after 1"] if races else ["run", "plain"])
 
 
-def test_streamed_calls_and_later_tries_never_race(harness):
-    """stream=True, and any try after the first, go through the plain chain."""
+def test_streamed_calls_never_race(harness):
+    """stream=True: the call is run on the plain chain."""
     h = harness({"defaults": {"hedging": HEDGING}})
-    chain, ran = _spies()
-    attempt = h.first_attempt()
-    chain(attempt.replace(call=attempt.call.replace(stream=True)))
-    chain(attempt.replace(number=2))
-    assert ran == ["plain", "plain"]
+    stage, run, ran = _spies()
+    call = h.first_attempt().call
+    stage(call.replace(stream=True), run)
+    assert ran == ["run", "plain"]
+
+
+def test_a_raced_retry_resumes_after_the_race_s_last_try_number(harness, clock):
+    """The race gave out try numbers 1 and 2 and ended in a retry after 0.1 s: the call goes
+    on with try 3 on the plain chain, after the wait, without running the call again."""
+    h = harness({"defaults": {"hedging": HEDGING, "retry": {"max_attempts": 3}}})
+    retry = Outcome(decision=Decision(Verdict.RETRY, Reason.OVERLOAD, 0.1))
+    numbers: list[int] = []
+
+    def first(attempt: Attempt) -> Outcome:
+        race = RACE.get()
+        assert race is not None
+        race.launched = 2  # a hedge went out, and both tries failed
+        numbers.append(attempt.number)
+        return retry
+
+    plain = ScriptedTransport(clock, 200)
+    ran: list[str] = []
+    run = _SpyRun(compose([], plain), ran)
+    outcome = HedgeCalls(first, _refused)(h.first_attempt().call, run)
+    assert (outcome.status, numbers, [a.number for a in plain.sent]) == (200, [1], [3])
+    assert (ran, clock.sleeps) == (["resume after 2"], [0.1])
 
 
 def test_the_chain_races_only_when_a_host_of_the_config_hedges(harness, clock):
-    """No host hedges: the standard chain, unchanged. One host does: the hedged chain, whose
-    racing stages put the race just inside the deadline stage, before the send stage."""
+    """No host hedges: no call stage, and a call runs its tries alone. One host does: the
+    hedging call stage, whose racing stages put the race just inside the deadline stage,
+    before the send stage, and tell the events of a lost try."""
     transport = ScriptedTransport(clock, 200)
     off = harness({}).registry.runtime
-    assert not isinstance(standard_chain(transport, off), HedgedChain)
+    assert call_stages(transport, off) == []
+    assert call_chain(standard_chain(transport, off), transport, off) is None
     on = harness({"hosts": {"svc.test": {"hedging": HEDGING}}}).registry.runtime
-    assert isinstance(standard_chain(transport, on), HedgedChain)
-    stages = racing_stages(hedge=True, senders=True)
-    assert stages.index(race_try) == stages.index(enforce_deadline) + 1
-    assert stages.index(tell_senders) == stages.index(race_try) + 1
+    assert [type(stage) for stage in call_stages(transport, on)] == [HedgeCalls]
+    slots = racing_slots(hedge=True, senders=True)
+    assert slots.names() == [
+        *("events", "budget", "decide", "breaker", "throttle", "limit", "deadline"),
+        *("race", "send"),
+    ]
+    assert slots["race"] is race_try
+    events = slots["events"]
+    assert isinstance(events, FunctionType)
+    assert events.__qualname__ == "racing_events.<locals>.emit_race_events"
 
 
 def test_a_raced_call_that_ends_before_its_delay_is_one_try(harness, clock, logs):
@@ -246,7 +297,10 @@ def test_a_raced_call_that_ends_before_its_delay_is_one_try(harness, clock, logs
     one, and its try is the first of the host's latencies."""
     h = harness({"defaults": {"hedging": {"enabled": True}}})
     transport = ScriptedTransport(clock, 200)
-    outcome = drive(standard_chain(transport, h.registry.runtime), h.first_attempt())
+    runtime = h.registry.runtime
+    calls = call_chain(standard_chain(transport, runtime), transport, runtime)
+    assert calls is not None
+    outcome = calls(h.first_attempt().call)
     assert outcome.decision == Decision(Verdict.SUCCESS, Reason.OK)
     assert [(e["attempt"], e["decision"], "hedge" in e) for e in logs] == [(1, "success", False)]
     health = h.registry.health()["http://svc.test:80"]
