@@ -21,10 +21,6 @@ class TryStage(Protocol):
     def __call__(self, attempt: Attempt, call_next: Next, /) -> Outcome: ...
 
 
-# The racing stages (hedging/stages.py) still name the protocol by its older name.
-Middleware: TypeAlias = TryStage
-
-
 def compose(stages: Sequence[TryStage], transport: Next) -> Next:
     """Chain *stages* around *transport*; the first one is the outermost."""
     handler = transport

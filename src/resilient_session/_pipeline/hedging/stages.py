@@ -7,7 +7,7 @@ import logging
 
 from resilient_session._observe.events import logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
-from resilient_session._pipeline.drive import Middleware, Next
+from resilient_session._pipeline.drive import Next, TryStage
 from resilient_session._pipeline.stages.event_fields import try_record
 
 from .launch import real_monotonic
@@ -49,7 +49,7 @@ def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
     return outcome
 
 
-def racing_events(*, hedge: bool, hooks: bool) -> Middleware:
+def racing_events(*, hedge: bool, hooks: bool) -> TryStage:
     """The events stage of a racing chain: as ``stages/events.py``'s, with ``hedge`` set on
     each try of the hedge chain, and a try that lost told as ``cancelled`` (``hedge_lost``)."""
 
