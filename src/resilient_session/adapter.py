@@ -13,7 +13,8 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict, first_attempt
+from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict, first_attempt
+from ._pipeline.call import start_call
 from ._pipeline.drive import Next, resume
 from ._pipeline.stages import standard_chain
 from ._state.breaker import BreakerState
@@ -25,17 +26,9 @@ from ._transport.requests_wire import REQUESTS_WIRE
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
-from .deadline import current_scope
 from .errors import ResponseTooLarge
 
-# RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
-IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-_REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
-
 _new_tuple = tuple.__new__
-_new_object = object.__new__
 _CLOSED = BreakerState.CLOSED
 _RETRY = Verdict.RETRY
 
@@ -150,7 +143,9 @@ class ResilientAdapter(HTTPAdapter):
     ) -> requests.Response:
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
-        call = start_call(request, self._registry, stream, timeout, verify, cert, proxies)
+        call = start_call(
+            request, self._registry, REQUESTS_WIRE, stream, timeout, verify, cert, proxies
+        )
         # Attempt.first and Outcome.unwrap, inlined for the call that ends with a response of
         # its own: two frames a call. The first try is sent here and the loop entered only
         # for a retry: a frame less (~400 instructions) for a call its first try ends.
@@ -217,74 +212,3 @@ class ResilientAdapter(HTTPAdapter):
         self.attach(registry)
         self._own_registry = registry
         track_adapter(self)
-
-
-def start_call(
-    request: requests.PreparedRequest,
-    registry: HostRegistry,
-    stream: bool = False,
-    timeout: Any = None,
-    verify: bool | str = True,
-    cert: Any = None,
-    proxies: Mapping[str, str] | None = None,
-) -> Call:
-    """The values one ``send`` keeps across its tries: host state, the registry's runtime,
-    deadline, replay safety."""
-    runtime = registry.runtime
-    now = runtime.clock.monotonic()
-    state = registry.for_url(request.url or "")
-    policy = state.policy
-    scope = current_scope()
-    default = policy.deadline.default
-    if scope is None:
-        deadline_at = None if default is None else now + default
-    else:
-        deadline_at = scope.at
-        if scope.use_default:
-            span = scope.span
-            # Within a call's span the default runs from the call's start, not this hop's.
-            if span is not None:
-                default_at = span.default_ends(default)
-            else:
-                default_at = None if default is None else now + default
-            if default_at is not None and (deadline_at is None or default_at < deadline_at):
-                deadline_at = default_at
-    if timeout is None:
-        # The one deliberate difference from requests: a try never waits forever.
-        timeout = state.default_timeout
-    method = request.method or "GET"
-    # Prepared requests carry their method in capitals already: ~700 instructions.
-    idempotent = method in IDEMPOTENT_METHODS
-    if not idempotent:
-        method = method.upper()
-        idempotent = method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers
-    # Made field by field, without a constructor's frame: this runs once per call.
-    call = _new_object(Call)
-    call.request = request
-    call.method = method
-    call.state = state
-    call.runtime = runtime
-    call.wire = REQUESTS_WIRE
-    call.stream = stream
-    call.timeout = timeout
-    call.verify = verify
-    call.cert = cert
-    call.proxies = proxies
-    call.deadline_at = deadline_at
-    call.started_at = now
-    call.idempotent = idempotent
-    body = request.body
-    call.replayable = body is None or isinstance(body, _REPLAYABLE_BODIES) or _rereadable(body)
-    return call
-
-
-def _rereadable(body: object) -> bool:
-    """True for a bytes-like body (``array.array``, a NumPy array) that sends the same bytes
-    each time; a file-like one (``mmap`` included) is read from where it stands, once."""
-    if hasattr(body, "read"):
-        return False
-    try:
-        memoryview(body)  # type: ignore[arg-type]  # probing for the buffer protocol
-    except TypeError:
-        return False
-    return True

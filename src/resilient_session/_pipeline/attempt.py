@@ -123,7 +123,7 @@ class Outcome(NamedTuple):
 
 class Call:
     """What stays the same across the tries of one ``adapter.send``; made by
-    ``adapter.start_call`` alone.
+    ``call.start_call`` alone.
 
     A class with slots, not a NamedTuple: the stages read its fields about twenty times a
     call, and the interpreter reads a slot through its specialised path, a NamedTuple's field
