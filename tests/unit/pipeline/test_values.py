@@ -1,7 +1,10 @@
-"""The frozen values built positionally on the hot path hold each field under its own name:
-a reordered field would otherwise pass one value off as another, silently."""
+"""The values that flow through the pipeline: those built positionally on the hot path hold
+each field under its own name (a reordered field would otherwise pass one value off as another,
+silently), and the next attempt sends what the call's wire carries from a retried answer."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import requests
 import responses
@@ -63,7 +66,7 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
         "cookies": None,
     }
     outcome = adapter._transport(attempt)
-    assert outcome.response is not None
+    assert isinstance(outcome.response, requests.Response)
     assert outcome._asdict() == {
         "response": outcome.response,
         "error": None,
@@ -90,3 +93,53 @@ def test_the_transports_outcome_of_an_error_status_is_undecided(clock):
     assert outcome.response.status_code == 503
     assert (outcome.decision, outcome.breaker) == (UNDECIDED, None)
     adapter.close()
+
+
+class CookieWire:
+    """A wire whose answers set the cookies of *carries* (None: none), recording each ask."""
+
+    def __init__(self, carries: tuple[Any, Any] | None) -> None:
+        self.carries = carries
+        self.asked: list[tuple[Any, Any, Any]] = []
+
+    def carried_cookies(self, request: Any, answer: Any, carried: Any) -> tuple[Any, Any] | None:
+        self.asked.append((request, answer, carried))
+        return self.carries
+
+
+def test_the_next_attempt_sends_what_the_wire_carries_from_the_answer(harness):
+    """Attempt.next asks the call's wire about the answer it replaces, with the call's own
+    request and the cookies carried so far, and sends the copy and jar the wire returns."""
+    first = harness().first_attempt()
+    wire = CookieWire(("request with lb=node7", "jar with lb=node7"))
+    attempt = Attempt.first(first.call.replace(wire=wire))
+    answer = requests.Response()
+
+    second = attempt.next(Outcome(answer))
+
+    assert wire.asked == [(first.call.request, answer, None)]
+    assert (second.number, second.request, second.cookies, second.last_real) == (
+        2,
+        "request with lb=node7",
+        "jar with lb=node7",
+        Outcome(answer),
+    )
+
+
+def test_the_next_attempt_keeps_its_request_when_the_answer_set_no_cookie(harness):
+    """An answer the wire finds no cookie in, or an error with no answer at all, leaves the
+    next try sending this one's request and carried cookies."""
+    first = harness().first_attempt()
+    wire = CookieWire(None)
+    attempt = Attempt.first(first.call.replace(wire=wire)).sending(first.request, 4.0)
+    attempt.cookies = "jar so far"
+    answer = requests.Response()
+
+    after_answer = attempt.next(Outcome(answer))
+    after_error = attempt.next(Outcome(error=requests.ReadTimeout("slow")))
+
+    assert wire.asked == [(first.call.request, answer, "jar so far")]
+    assert [(a.request, a.cookies, a.timeout) for a in (after_answer, after_error)] == [
+        (first.request, "jar so far", first.call.timeout),
+        (first.request, "jar so far", first.call.timeout),
+    ]

@@ -82,7 +82,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
     if fired and timed_out is None and outcome.response is not None:
         # Only a watch that lasts through the body fires on a try that returned: the body
         # ended as its socket was shut down, so it may be cut short (a trailer is, silently).
-        return Outcome(error=body_cut(outcome.response, call.runtime.redact))
+        return Outcome(error=body_cut(outcome.response, call.runtime.redact))  # type: ignore[arg-type]  # a requests.Response
     if ((fired and timed_out is not None) or isinstance(timed_out, requests.Timeout)) and (
         not isinstance(timed_out, DeadlineExceeded)
     ):
