@@ -13,11 +13,11 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict, first_attempt
+from ._pipeline.attempt import UNDECIDED, Attempt, Outcome, Verdict, first_attempt
 from ._pipeline.call import start_call
 from ._pipeline.drive import Next, resume
+from ._pipeline.happy import answered
 from ._pipeline.stages import standard_chain
-from ._state.breaker import BreakerState
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.cap import caps_any, limit_body
@@ -29,7 +29,6 @@ from .config import Config, load
 from .errors import ResponseTooLarge
 
 _new_tuple = tuple.__new__
-_CLOSED = BreakerState.CLOSED
 _RETRY = Verdict.RETRY
 
 
@@ -190,12 +189,9 @@ class ResilientAdapter(HTTPAdapter):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
+        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
         if response.status_code < 400:
-            # An answer starts as what the stages on its way out find for it on the happy path
-            # (a success, a breaker still closed): each then returns it as it is instead of a
-            # copy with its word (~3,000 instructions a try). A stage that finds otherwise
-            # replaces it.
-            return _new_tuple(Outcome, (response, None, ANSWERED, None, _CLOSED, None))
+            return answered(response)  # hot path: answered
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def __getstate__(self) -> dict[str, Any]:
