@@ -431,17 +431,17 @@ def _pieces() -> list[tuple[str, Callable[[], Callable[[], object]]]]:
 
     import resilient_session._observe.redact as redact_module
     import resilient_session._state.registry as hosts_module
-    import resilient_session.adapter as adapter_module
 
     session = ResilientSession()
     request = requests.Request("GET", URL).prepare()
-    clock = resilient_session.SYSTEM_CLOCK
     state = session.registry.for_url(URL)
     names = redact_module.SENSITIVE_PARAMS
 
     def start_call() -> Callable[[], object]:
-        start = adapter_module.start_call
-        return lambda: start(request, registry=session.registry, clock=clock)
+        from resilient_session._pipeline.call import start_call as start
+        from resilient_session._transport.requests_wire import REQUESTS_WIRE
+
+        return lambda: start(request, session.registry, REQUESTS_WIRE)
 
     def breaker_round_trip() -> Callable[[], object]:
         from resilient_session._state.breaker import TryResult

@@ -12,10 +12,11 @@ import structlog
 from structlog.testing import capture_logs
 
 from resilient_session._pipeline.attempt import Attempt, Outcome
+from resilient_session._pipeline.call import start_call
 from resilient_session._pipeline.drive import drive
 from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.registry import HostRegistry, HostState
-from resilient_session.adapter import start_call
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.config import load
 from resilient_session.deadline import deadline as deadline_scope
 from resilient_session.testing import FakeClock, ScriptedTransport, Step
@@ -74,10 +75,10 @@ class Harness:
     ) -> Attempt:
         request = requests.Request(method, url, headers=headers, data=body).prepare()
         if deadline is None:
-            call = start_call(request, registry=self.registry, timeout=timeout)
+            call = start_call(request, self.registry, REQUESTS_WIRE, timeout=timeout)
         else:
             with deadline_scope(deadline, clock=self.clock):
-                call = start_call(request, registry=self.registry, timeout=timeout)
+                call = start_call(request, self.registry, REQUESTS_WIRE, timeout=timeout)
         return Attempt.first(call)
 
     def host(self, url: str = "http://svc.test/items") -> HostState:

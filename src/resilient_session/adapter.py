@@ -6,19 +6,20 @@ import os
 import random
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import requests
 from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict, first_attempt
+from ._pipeline.attempt import UNDECIDED, Attempt, Outcome, Verdict, first_attempt
+from ._pipeline.call import start_call
 from ._pipeline.call_stage import Run
 from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next, resume
+from ._pipeline.happy import answered
 from ._pipeline.stages import standard_chain
-from ._state.breaker import BreakerState
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.cap import caps_any, limit_body
@@ -27,18 +28,9 @@ from ._transport.requests_wire import REQUESTS_WIRE
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
-from .deadline import current_scope
 from .errors import ResponseTooLarge
 
-# RFC 9110 §9.2.2; POST and PATCH become safe to replay only with an Idempotency-Key.
-IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-_REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
-
 _new_tuple = tuple.__new__
-_new_object = object.__new__
-_CLOSED = BreakerState.CLOSED
 _RETRY = Verdict.RETRY
 
 
@@ -154,7 +146,9 @@ class ResilientAdapter(HTTPAdapter):
     ) -> requests.Response:
         """Send *request*, retrying as the host's policy allows; returns or raises as
         ``HTTPAdapter.send`` would for the last real try."""
-        call = start_call(request, self._registry, stream, timeout, verify, cert, proxies)
+        call = start_call(
+            request, self._registry, REQUESTS_WIRE, stream, timeout, verify, cert, proxies
+        )
         calls = self._calls
         if calls is None:
             # No call stage: call_stage.Tries, inlined, as is Outcome.unwrap for the call that
@@ -167,10 +161,12 @@ class ResilientAdapter(HTTPAdapter):
                 outcome = resume(self._chain, first, outcome)
         else:
             outcome = calls(call)
-        response = outcome.response
+        # The requests wire's answers are requests' responses: narrowed by annotation, which
+        # costs nothing at run time, where typing.cast would cost a call on every call.
+        response: requests.Response | None = outcome.response  # type: ignore[assignment]
         if response is not None and outcome.error is None and outcome.fallback is None:
             return response
-        return outcome.unwrap()
+        return cast(requests.Response, outcome.unwrap())
 
     def _transport(self, attempt: Attempt) -> Outcome:
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
@@ -202,12 +198,9 @@ class ResilientAdapter(HTTPAdapter):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
+        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
         if response.status_code < 400:
-            # An answer starts as what the stages on its way out find for it on the happy path
-            # (a success, a breaker still closed): each then returns it as it is instead of a
-            # copy with its word (~3,000 instructions a try). A stage that finds otherwise
-            # replaces it.
-            return _new_tuple(Outcome, (response, None, ANSWERED, None, _CLOSED, None))
+            return answered(response)  # hot path: answered
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def __getstate__(self) -> dict[str, Any]:
@@ -226,74 +219,3 @@ class ResilientAdapter(HTTPAdapter):
         self.attach(registry)
         self._own_registry = registry
         track_adapter(self)
-
-
-def start_call(
-    request: requests.PreparedRequest,
-    registry: HostRegistry,
-    stream: bool = False,
-    timeout: Any = None,
-    verify: bool | str = True,
-    cert: Any = None,
-    proxies: Mapping[str, str] | None = None,
-) -> Call:
-    """The values one ``send`` keeps across its tries: host state, the registry's runtime,
-    deadline, replay safety."""
-    runtime = registry.runtime
-    now = runtime.clock.monotonic()
-    state = registry.for_url(request.url or "")
-    policy = state.policy
-    scope = current_scope()
-    default = policy.deadline.default
-    if scope is None:
-        deadline_at = None if default is None else now + default
-    else:
-        deadline_at = scope.at
-        if scope.use_default:
-            span = scope.span
-            # Within a call's span the default runs from the call's start, not this hop's.
-            if span is not None:
-                default_at = span.default_ends(default)
-            else:
-                default_at = None if default is None else now + default
-            if default_at is not None and (deadline_at is None or default_at < deadline_at):
-                deadline_at = default_at
-    if timeout is None:
-        # The one deliberate difference from requests: a try never waits forever.
-        timeout = state.default_timeout
-    method = request.method or "GET"
-    # Prepared requests carry their method in capitals already: ~700 instructions.
-    idempotent = method in IDEMPOTENT_METHODS
-    if not idempotent:
-        method = method.upper()
-        idempotent = method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers
-    # Made field by field, without a constructor's frame: this runs once per call.
-    call = _new_object(Call)
-    call.request = request
-    call.method = method
-    call.state = state
-    call.runtime = runtime
-    call.wire = REQUESTS_WIRE
-    call.stream = stream
-    call.timeout = timeout
-    call.verify = verify
-    call.cert = cert
-    call.proxies = proxies
-    call.deadline_at = deadline_at
-    call.started_at = now
-    call.idempotent = idempotent
-    body = request.body
-    call.replayable = body is None or isinstance(body, _REPLAYABLE_BODIES) or _rereadable(body)
-    return call
-
-
-def _rereadable(body: object) -> bool:
-    """True for a bytes-like body (``array.array``, a NumPy array) that sends the same bytes
-    each time; a file-like one (``mmap`` included) is read from where it stands, once."""
-    if hasattr(body, "read"):
-        return False
-    try:
-        memoryview(body)  # type: ignore[arg-type]  # probing for the buffer protocol
-    except TypeError:
-        return False
-    return True

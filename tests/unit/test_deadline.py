@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from resilient_session import ResilientSession
-from resilient_session.adapter import start_call
+from resilient_session._pipeline.call import start_call
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.deadline import (
     CallSpan,
     call_scope,
@@ -183,7 +184,7 @@ def test_explicit_deadline_replaces_default_and_scope_caps_it(
         contextlib.nullcontext() if enclosing == UNSET_MARK else deadline(enclosing, clock=clock)
     )
     with outer, explicit(given, clock):
-        call = start_call(request, registry)
+        call = start_call(request, registry, REQUESTS_WIRE)
     seconds = None if call.deadline_at is None else call.deadline_at - clock.now
     assert seconds == expected
 

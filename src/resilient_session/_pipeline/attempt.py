@@ -12,11 +12,6 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-import requests
-from requests.cookies import RequestsCookieJar
-
-from resilient_session._compat import request_cookies
-
 from .reason import Reason as Reason
 from .wire import ErrorKind
 
@@ -25,7 +20,7 @@ if TYPE_CHECKING:
     from resilient_session._state.registry import HostState
     from resilient_session._state.runtime import Runtime
 
-    from .wire import Wire
+    from .wire import Answer, Wire
 
 
 class Verdict(str, Enum):
@@ -63,7 +58,7 @@ class Outcome(NamedTuple):
     are set only when a response's body was cut short: the error is what the caller gets.
     """
 
-    response: requests.Response | None = None
+    response: Answer | None = None
     error: Exception | None = None
     decision: Decision = UNDECIDED
     # Set when the try was refused locally (a guard or a spent deadline) and never left.
@@ -87,7 +82,7 @@ class Outcome(NamedTuple):
         response, error, decision, refused, _, fallback = self
         return _new_tuple(Outcome, (response, error, decision, refused, state, fallback))
 
-    def unwrap(self) -> requests.Response:
+    def unwrap(self) -> Answer:
         """The response the caller gets, or raise the exception the caller sees."""
         if self.fallback is not None:
             return self.fallback.unwrap()
@@ -100,7 +95,7 @@ class Outcome(NamedTuple):
 
 class Call:
     """What stays the same across the tries of one ``adapter.send``; made by
-    ``adapter.start_call`` alone.
+    ``call.start_call`` alone.
 
     A class with slots, not a NamedTuple: the stages read its fields about twenty times a
     call, and the interpreter reads a slot through its specialised path, a NamedTuple's field
@@ -124,7 +119,9 @@ class Call:
         "wire",
     )
 
-    request: requests.PreparedRequest
+    # The transport's request, as the call was given it (a ``requests.PreparedRequest`` on the
+    # requests wire): the wire's to copy and send, the stages' only to hand back to it.
+    request: Any
     method: str
     state: HostState
     # The registry's clock, random source and redacted names: what the stages run on.
@@ -163,12 +160,13 @@ class Attempt:
         self,
         call: Call,
         number: int,
-        request: requests.PreparedRequest,
+        request: Any,
         timeout: Any,
         last_real: Outcome | None = None,
-        # Cookies set by the responses of earlier tries, which were retried: this try's
-        # request carries them, as requests carries cookies across redirect hops.
-        cookies: RequestsCookieJar | None = None,
+        # Cookies set by the answers of earlier tries, which were retried: this try's
+        # request carries them, as requests carries cookies across redirect hops. The wire's
+        # own jar (``Wire.carried_cookies``).
+        cookies: Any = None,
     ) -> None:
         self.call = call
         self.number = number
@@ -191,16 +189,15 @@ class Attempt:
         )
         last_real = outcome if reached else self.last_real
         request, cookies = self.request, self.cookies
-        response = outcome.response
-        if response is not None and len(response.cookies):
-            cookies = RequestsCookieJar()
-            if self.cookies is not None:
-                cookies.update(self.cookies)
-            cookies.update(response.cookies)
-            request = _with_cookies(self.call.request, cookies)
+        answer = outcome.response
+        if answer is not None:
+            call = self.call
+            carried = call.wire.carried_cookies(call.request, answer, cookies)
+            if carried is not None:
+                request, cookies = carried
         return Attempt(self.call, self.number + 1, request, self.call.timeout, last_real, cookies)
 
-    def sending(self, request: requests.PreparedRequest, timeout: Any) -> Attempt:
+    def sending(self, request: Any, timeout: Any) -> Attempt:
         """This try, sending *request* with *timeout*."""
         return Attempt(self.call, self.number, request, timeout, self.last_real, self.cookies)
 
@@ -237,21 +234,3 @@ def first_attempt(call: Call) -> Attempt:
     attempt.last_real = None
     attempt.cookies = None
     return attempt
-
-
-def _with_cookies(
-    request: requests.PreparedRequest, cookies: RequestsCookieJar
-) -> requests.PreparedRequest:
-    """A copy of *request* that also sends *cookies*; the caller's request is left as it was.
-
-    The same steps as requests' ``resolve_redirects``: the Cookie header is rebuilt from the
-    request's jar once the new cookies are in it.
-    """
-    retry = request.copy()  # copies the jar too
-    jar = request_cookies(retry)
-    if jar is None:
-        jar = RequestsCookieJar()
-    jar.update(cookies)
-    retry.headers.pop("Cookie", None)
-    retry.prepare_cookies(jar)
-    return retry

@@ -14,12 +14,15 @@ Two Protocols and no code: ``_pipeline`` and ``_state`` name no transport librar
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 # The table's error half is keyed by it, so it lives with the table, below the pipeline.
 from resilient_session._state.meaning import ErrorKind as ErrorKind
 
 from .reason import Reason
+
+if TYPE_CHECKING:
+    from resilient_session._state.runtime import Runtime
 
 
 class Answer(Protocol):
@@ -137,3 +140,27 @@ class Wire(Protocol):
         ...
 
     # -- answers: release one a retry replaces, carry the cookies it set ---------------------
+
+    def release(
+        self, answer: Answer, deadline_at: float | None, runtime: Runtime
+    ) -> Exception | None:
+        """Let go of *answer*, which a retry will replace: read a bounded share of its body, so
+        its connection may go back to the pool and it still reads should the call end with it
+        after all, then close it.
+
+        Returns:
+            None; or, when the caller's deadline (*deadline_at*, on *runtime*'s clock) ran out
+            during the read, the exception the call ends with instead of the retry.
+        """
+        ...
+
+    def carried_cookies(self, request: Any, answer: Answer, carried: Any) -> tuple[Any, Any] | None:
+        """What the try after *answer* sends when *answer* set cookies, as a redirect hop
+        would: a copy of the call's *request* carrying them on top of *carried* (the cookies
+        earlier retried answers set, or None), and the cookies now carried.
+
+        Returns:
+            (request, cookies) for the next try; None when *answer* set no cookie, so the next
+            try sends what this one did.
+        """
+        ...

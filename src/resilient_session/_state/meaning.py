@@ -92,7 +92,7 @@ class Meaning:
 _SUCCESS, _FAILURE, _NEUTRAL = TryResult.SUCCESS, TryResult.FAILURE, TryResult.NEUTRAL
 _GROW, _DROP, _IGNORE = Signal.SUCCESS, Signal.DROP, Signal.IGNORE
 
-ANSWERED: Final = Meaning(Tier.SUCCESS, _SUCCESS, True, _GROW)
+ANSWERED_ROW: Final = Meaning(Tier.SUCCESS, _SUCCESS, True, _GROW)
 _TRANSPORT_FAILURE: Final = Meaning(Tier.TRANSIENT, _FAILURE, False, _DROP)
 _DEADLINE_CUT: Final = Meaning(Tier.TRANSIENT, _NEUTRAL, None, _IGNORE)
 _OURS: Final = Meaning(Tier.NEVER, _NEUTRAL, None, _IGNORE)
@@ -110,7 +110,7 @@ _ERROR_ROWS: Final[dict[ErrorKind | None, Meaning]] = {
 
 def _status_meaning(status: int, policy: RetryPolicy) -> Meaning:
     if status < 400:
-        return ANSWERED
+        return ANSWERED_ROW
     failed = status >= 500
     if status in policy.overload_statuses:
         return Meaning(Tier.OVERLOAD, _FAILURE if failed else _SUCCESS, False, _DROP)

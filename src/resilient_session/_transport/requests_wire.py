@@ -8,16 +8,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import requests
+from requests.cookies import RequestsCookieJar
 from requests.structures import CaseInsensitiveDict
 
-from resilient_session._compat import header_store, headers_of
+from resilient_session._compat import header_store, headers_of, request_cookies
 from resilient_session._observe.redact import redact_text
 from resilient_session._pipeline.reason import Reason
 from resilient_session._state.meaning import ErrorKind
+from resilient_session._state.runtime import Runtime
 from resilient_session.errors import DeadlineExceeded
 
 from . import requests_errors
-from .body import body_cut
+from .body import body_cut, drain
 from .owned import take_owned
 from .timeouts import split_timeout
 from .watchdog import WATCHED, RaceWatch, TryWatch
@@ -151,6 +153,49 @@ class RequestsWire:
         return isinstance(original, requests.ConnectTimeout)
 
     # -- answers: release one a retry replaces, carry the cookies it set ---------------------
+    # Each answer is a requests.Response, each request a PreparedRequest, each jar of carried
+    # cookies a RequestsCookieJar: typed Any only to fit the Protocol's transport-free types.
+
+    def release(
+        self, answer: Any, deadline_at: float | None, runtime: Runtime
+    ) -> DeadlineExceeded | None:
+        """Drain *answer* up to ``body.DRAIN_LIMIT`` and close it; the ``DeadlineExceeded``
+        when the body outlasted *deadline_at* (the answer closed all the same)."""
+        try:
+            drain(answer, deadline_at, runtime)
+        except DeadlineExceeded as cut:
+            return cut
+        return None
+
+    def carried_cookies(
+        self, request: Any, answer: Any, carried: Any
+    ) -> tuple[Any, RequestsCookieJar] | None:
+        """A copy of *request* sending *carried* and the cookies *answer* set; None when it
+        set none (read only on a retry, never on the happy path)."""
+        set_now = answer.cookies
+        if not len(set_now):
+            return None
+        cookies = RequestsCookieJar()
+        if carried is not None:
+            cookies.update(carried)
+        cookies.update(set_now)
+        return self._with_cookies(request, cookies), cookies
+
+    @staticmethod
+    def _with_cookies(
+        request: requests.PreparedRequest, cookies: RequestsCookieJar
+    ) -> requests.PreparedRequest:
+        """A copy of *request* that also sends *cookies*; the caller's request is left as it
+        was. The same steps as requests' ``resolve_redirects``: the Cookie header is rebuilt
+        from the request's jar once the new cookies are in it."""
+        retry = request.copy()  # copies the jar too
+        jar = request_cookies(retry)
+        if jar is None:
+            jar = RequestsCookieJar()
+        jar.update(cookies)
+        retry.headers.pop("Cookie", None)
+        retry.prepare_cookies(jar)
+        return retry
 
 
 REQUESTS_WIRE = RequestsWire()

@@ -13,10 +13,11 @@ import requests
 
 from resilient_session import ConfigError, DeadlineExceeded, ResilientSession
 from resilient_session._pipeline.attempt import Reason, Verdict
+from resilient_session._pipeline.call import start_call
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._pipeline.intent import enter as enter_intent
 from resilient_session._pipeline.intent import leave as leave_intent
-from resilient_session.adapter import start_call
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.config import load
 from resilient_session.deadline import current_scope, deadline, enter, leave, narrowed
 from resilient_session.inbound import ASGIMiddleware, WSGIMiddleware
@@ -270,7 +271,7 @@ def test_local_default_deadline_still_caps_beneath_the_inbound_one(harness, cloc
 
     def app(environ, start_response):
         request = requests.Request("GET", "http://svc.test/").prepare()
-        calls.append(start_call(request, registry=h.registry))
+        calls.append(start_call(request, h.registry, REQUESTS_WIRE))
         start_response("200 OK", [])
         return [b""]
 

@@ -21,9 +21,10 @@ from resilient_session import (
     TrySending,
 )
 from resilient_session._pipeline.attempt import Attempt
+from resilient_session._pipeline.call import start_call
 from resilient_session._pipeline.drive import drive
 from resilient_session._pipeline.stages import standard_chain
-from resilient_session.adapter import start_call
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.config import load
 from resilient_session.testing import FakeClock, ScriptedTransport, Step
 
@@ -58,7 +59,7 @@ def _run(
     transport = ScriptedTransport(clock, *steps, latency=latency)
     chain = standard_chain(transport, registry.runtime)
     request = requests.Request("GET", URL).prepare()
-    drive(chain, Attempt.first(start_call(request, registry=registry)))
+    drive(chain, Attempt.first(start_call(request, registry, REQUESTS_WIRE)))
     return transport
 
 

@@ -1,7 +1,10 @@
-"""The frozen values built positionally on the hot path hold each field under its own name:
-a reordered field would otherwise pass one value off as another, silently."""
+"""The values that flow through the pipeline: those built positionally on the hot path hold
+each field under its own name (a reordered field would otherwise pass one value off as another,
+silently), and the next attempt sends what the call's wire carries from a retried answer."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import requests
 import responses
@@ -10,63 +13,15 @@ from resilient_session._pipeline.attempt import (
     ANSWERED,
     UNDECIDED,
     Attempt,
-    Call,
     Decision,
     Outcome,
     Reason,
     Verdict,
 )
+from resilient_session._pipeline.call import start_call
 from resilient_session._state.breaker import BreakerState
-from resilient_session._state.registry import HostRegistry
 from resilient_session._transport.requests_wire import REQUESTS_WIRE
-from resilient_session.adapter import ResilientAdapter, start_call
-from resilient_session.config import Config
-from resilient_session.deadline import deadline
-
-
-def test_a_call_holds_every_value_under_its_name(clock):
-    """start_call, which builds a Call field by field, puts each value in its named field and
-    leaves none unset."""
-    registry = HostRegistry(Config(), clock=clock)
-    request = requests.Request("PUT", "http://svc.test:8080/x", data=b"abc").prepare()
-    started = clock.monotonic()
-    with deadline(3.0, clock=clock):
-        call = start_call(
-            request,
-            registry,
-            stream=True,
-            timeout=(1.0, 2.0),
-            verify="/ca.pem",
-            cert="client.pem",
-            proxies={"http": "http://proxy.test:3128"},
-        )
-    assert {name: getattr(call, name) for name in Call.__slots__} == {
-        "request": request,
-        "method": "PUT",
-        "state": registry.for_url("http://svc.test:8080/"),
-        "runtime": registry.runtime,
-        "wire": REQUESTS_WIRE,
-        "stream": True,
-        "timeout": (1.0, 2.0),
-        "verify": "/ca.pem",
-        "cert": "client.pem",
-        "proxies": {"http": "http://proxy.test:3128"},
-        "deadline_at": started + 3.0,
-        "started_at": started,
-        "idempotent": True,
-        "replayable": True,
-    }
-
-
-def test_idempotent_and_replayable_are_told_apart(clock):
-    """The last two fields differ by name: a PUT of a generator is idempotent but cannot be
-    replayed; a POST of bytes can be replayed but is not idempotent."""
-    registry = HostRegistry(Config(), clock=clock)
-    put = requests.Request("PUT", "http://svc.test/", data=iter([b"a"])).prepare()
-    post = requests.Request("POST", "http://svc.test/", data=b"a").prepare()
-    first, second = start_call(put, registry), start_call(post, registry)
-    assert (first.idempotent, first.replayable, first.timeout) == (True, False, (5.0, 30.0))
-    assert (second.idempotent, second.replayable) == (False, True)
+from resilient_session.adapter import ResilientAdapter
 
 
 def test_an_outcome_keeps_its_fields_through_each_positional_rebuild():
@@ -100,7 +55,7 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
     responses.get("http://svc.test/item", body=b"ok")
     adapter = ResilientAdapter(clock=clock)
     request = requests.Request("GET", "http://svc.test/item").prepare()
-    call = start_call(request, adapter.registry, timeout=4.0)
+    call = start_call(request, adapter.registry, REQUESTS_WIRE, timeout=4.0)
     attempt = Attempt.first(call)
     assert {name: getattr(attempt, name) for name in Attempt.__slots__} == {
         "call": call,
@@ -111,7 +66,7 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
         "cookies": None,
     }
     outcome = adapter._transport(attempt)
-    assert outcome.response is not None
+    assert isinstance(outcome.response, requests.Response)
     assert outcome._asdict() == {
         "response": outcome.response,
         "error": None,
@@ -131,8 +86,63 @@ def test_the_transports_outcome_of_an_error_status_is_undecided(clock):
     responses.get("http://svc.test/item", status=503)
     adapter = ResilientAdapter(clock=clock)
     request = requests.Request("GET", "http://svc.test/item").prepare()
-    outcome = adapter._transport(Attempt.first(start_call(request, adapter.registry)))
+    outcome = adapter._transport(
+        Attempt.first(start_call(request, adapter.registry, REQUESTS_WIRE))
+    )
     assert outcome.response is not None
     assert outcome.response.status_code == 503
     assert (outcome.decision, outcome.breaker) == (UNDECIDED, None)
     adapter.close()
+
+
+class CookieWire:
+    """A wire whose answers set the cookies of *carries* (None: none), recording each ask;
+    its errors are the requests wire's."""
+
+    error_kind = staticmethod(REQUESTS_WIRE.error_kind)
+
+    def __init__(self, carries: tuple[Any, Any] | None) -> None:
+        self.carries = carries
+        self.asked: list[tuple[Any, Any, Any]] = []
+
+    def carried_cookies(self, request: Any, answer: Any, carried: Any) -> tuple[Any, Any] | None:
+        self.asked.append((request, answer, carried))
+        return self.carries
+
+
+def test_the_next_attempt_sends_what_the_wire_carries_from_the_answer(harness):
+    """Attempt.next asks the call's wire about the answer it replaces, with the call's own
+    request and the cookies carried so far, and sends the copy and jar the wire returns."""
+    first = harness().first_attempt()
+    wire = CookieWire(("request with lb=node7", "jar with lb=node7"))
+    attempt = Attempt.first(first.call.replace(wire=wire))
+    answer = requests.Response()
+
+    second = attempt.next(Outcome(answer))
+
+    assert wire.asked == [(first.call.request, answer, None)]
+    assert (second.number, second.request, second.cookies, second.last_real) == (
+        2,
+        "request with lb=node7",
+        "jar with lb=node7",
+        Outcome(answer),
+    )
+
+
+def test_the_next_attempt_keeps_its_request_when_the_answer_set_no_cookie(harness):
+    """An answer the wire finds no cookie in, or an error with no answer at all, leaves the
+    next try sending this one's request and carried cookies."""
+    first = harness().first_attempt()
+    wire = CookieWire(None)
+    attempt = Attempt.first(first.call.replace(wire=wire)).sending(first.request, 4.0)
+    attempt.cookies = "jar so far"
+    answer = requests.Response()
+
+    after_answer = attempt.next(Outcome(answer))
+    after_error = attempt.next(Outcome(error=requests.ReadTimeout("slow")))
+
+    assert wire.asked == [(first.call.request, answer, "jar so far")]
+    assert [(a.request, a.cookies, a.timeout) for a in (after_answer, after_error)] == [
+        (first.request, "jar so far", first.call.timeout),
+        (first.request, "jar so far", first.call.timeout),
+    ]

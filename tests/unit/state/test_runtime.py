@@ -8,8 +8,9 @@ import requests
 
 from resilient_session import ResilientAdapter, ResilientSession
 from resilient_session._observe.redact import SENSITIVE_PARAMS
+from resilient_session._pipeline.call import start_call
 from resilient_session._state.registry import HostRegistry
-from resilient_session.adapter import start_call
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
 from resilient_session.config import load
 from resilient_session.testing import FakeClock
 
@@ -30,7 +31,7 @@ def test_every_call_carries_its_registrys_runtime(clock):
     registry = HostRegistry(clock=clock)
     clock.advance(12.5)
     request = requests.Request("GET", "http://svc.test/a").prepare()
-    call = start_call(request, registry)
+    call = start_call(request, registry, REQUESTS_WIRE)
     assert call.runtime is registry.runtime
     assert call.started_at == clock.monotonic() == FakeClock().monotonic() + 12.5
 

@@ -38,10 +38,10 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         raise
     refused = outcome.refused
     response = outcome.response
-    # try_result's first row, inlined: one frame less on every healthy try.
+    # hot path: happy (_pipeline/happy.py): the table's answered row, without its frames.
     result = (
         _SUCCESS
-        if response is not None and response.status_code < 400
+        if response is not None and response.status_code < 400 and outcome.error is None
         else try_result(attempt, outcome)
     )
     state, transition = breaker.record(permit, result, refused is None, refused is _DEADLINE_SPENT)
@@ -49,7 +49,8 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
         report(attempt, transition)
-    # The transport's answer comes with a closed breaker: the usual case costs no copy.
+    # hot path: answered (_pipeline/happy.py): the transport's answer comes with the breaker
+    # closed, so the usual case costs no copy.
     return outcome if outcome.breaker is state else outcome.with_breaker(state)
 
 
@@ -74,9 +75,6 @@ def try_result(attempt: Attempt, outcome: Outcome) -> TryResult:
     refused locally, failed for a reason of ours (TLS, a bad URL), or cut short by the caller's
     deadline says nothing either way: one impatient caller says nothing about the host.
     """
-    response = outcome.response
-    if response is not None and response.status_code < 400:
-        return _SUCCESS  # the table's first row, fixed whatever the tiers list
     return meaning_of(outcome, attempt.call).breaker
 
 

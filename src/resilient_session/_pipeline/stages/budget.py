@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session._pipeline.drive import Next
-from resilient_session._transport.body import drain
-from resilient_session.errors import DeadlineExceeded
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
@@ -17,8 +15,8 @@ def spend_budget(attempt: Attempt, call_next: Next, /) -> Outcome:
 
     It sits outside the decide stage, so budget_exhausted is the last reason checked and a
     token is withdrawn only for a retry that will really happen. Only here is a retry certain,
-    so only here is the response it replaces released: a streamed body is drained (up to
-    ``body.DRAIN_LIMIT``) only when the call will not end with it.
+    so only here is the answer it replaces released (``Wire.release``): a streamed body is
+    drained only when the call will not end with it.
     """
     bucket = attempt.call.state.bucket
     if attempt.number == 1:
@@ -28,13 +26,12 @@ def spend_budget(attempt: Attempt, call_next: Next, /) -> Outcome:
         return outcome
     if not bucket.try_withdraw():
         return outcome.with_decision(_BUDGET_EXHAUSTED)
-    response = outcome.response
-    if response is not None:
+    answer = outcome.response
+    if answer is not None:
         call = attempt.call
-        try:
-            drain(response, call.deadline_at, call.runtime)
-        except DeadlineExceeded as cut:
+        cut = call.wire.release(answer, call.deadline_at, call.runtime)
+        if cut is not None:
             # The body outlasted the deadline: no retry after all, and no token spent.
             bucket.refund()
-            return Outcome(response, cut, _DEADLINE, breaker=outcome.breaker)
+            return Outcome(answer, cut, _DEADLINE, breaker=outcome.breaker)
     return outcome

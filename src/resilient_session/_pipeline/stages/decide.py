@@ -21,7 +21,6 @@ from resilient_session._state.breaker import BreakerState
 from resilient_session._state.meaning import Tier
 from resilient_session.clock import Clock
 
-_SUCCESS = ANSWERED
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)
 
 
@@ -33,10 +32,11 @@ def decide_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Decides each try; the give-up reasons are checked in the order the contract fixes."""
     outcome = call_next(attempt)
     response = outcome.response
+    # hot path: happy (_pipeline/happy.py): any 2xx or 3xx ends the call, without the tiers.
     if response is not None and response.status_code < 400 and outcome.error is None:
-        # The happy path, decided without the tiers: any 2xx or 3xx ends the call. The
-        # transport's answer comes decided so (ANSWERED) unless a stage inside replaced it.
-        return outcome if outcome.decision is _SUCCESS else outcome.with_decision(_SUCCESS)
+        # hot path: answered: the transport's answer comes decided so unless a stage inside
+        # replaced it.
+        return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
     decision = decide(attempt, outcome)
     error = outcome.error
     if (
@@ -62,7 +62,7 @@ def decide(attempt: Attempt, outcome: Outcome) -> Decision:
     kind = None if error is None else call.wire.error_kind(error)
     tier = meaning_of(outcome, call).tier
     if tier is Tier.SUCCESS:
-        return _SUCCESS
+        return ANSWERED
     if tier is Tier.NEVER:
         return _give_up(Reason.NOT_RETRYABLE)
     if not call.idempotent and kind is not ErrorKind.CONNECT:

@@ -1,0 +1,62 @@
+"""The start of a call (``_pipeline/call.py``): each value in its named field, and the
+replay rules that say whether a retry may send the request again."""
+
+from __future__ import annotations
+
+import requests
+
+from resilient_session._pipeline.attempt import Call
+from resilient_session._pipeline.call import start_call
+from resilient_session._state.registry import HostRegistry
+from resilient_session._transport.requests_wire import REQUESTS_WIRE
+from resilient_session.config import Config
+from resilient_session.deadline import deadline
+
+
+def test_a_call_holds_every_value_under_its_name(clock):
+    """start_call, which builds a Call field by field, puts each value in its named field and
+    leaves none unset."""
+    registry = HostRegistry(Config(), clock=clock)
+    request = requests.Request("PUT", "http://svc.test:8080/x", data=b"abc").prepare()
+    started = clock.monotonic()
+    with deadline(3.0, clock=clock):
+        call = start_call(
+            request,
+            registry,
+            REQUESTS_WIRE,
+            stream=True,
+            timeout=(1.0, 2.0),
+            verify="/ca.pem",
+            cert="client.pem",
+            proxies={"http": "http://proxy.test:3128"},
+        )
+    assert {name: getattr(call, name) for name in Call.__slots__} == {
+        "request": request,
+        "method": "PUT",
+        "state": registry.for_url("http://svc.test:8080/"),
+        "runtime": registry.runtime,
+        "wire": REQUESTS_WIRE,
+        "stream": True,
+        "timeout": (1.0, 2.0),
+        "verify": "/ca.pem",
+        "cert": "client.pem",
+        "proxies": {"http": "http://proxy.test:3128"},
+        "deadline_at": started + 3.0,
+        "started_at": started,
+        "idempotent": True,
+        "replayable": True,
+    }
+
+
+def test_idempotent_and_replayable_are_told_apart(clock):
+    """The last two fields differ by name: a PUT of a generator is idempotent but cannot be
+    replayed; a POST of bytes can be replayed but is not idempotent."""
+    registry = HostRegistry(Config(), clock=clock)
+    put = requests.Request("PUT", "http://svc.test/", data=iter([b"a"])).prepare()
+    post = requests.Request("POST", "http://svc.test/", data=b"a").prepare()
+    first, second = (
+        start_call(put, registry, REQUESTS_WIRE),
+        start_call(post, registry, REQUESTS_WIRE),
+    )
+    assert (first.idempotent, first.replayable, first.timeout) == (True, False, (5.0, 30.0))
+    assert (second.idempotent, second.replayable) == (False, True)
