@@ -251,13 +251,15 @@ _ROUTES: Final = "routes"
 
 
 def _merged(base: dict[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
-    """*entry*'s sections over *base*, key by key within each section."""
+    """*entry*'s sections over *base*, key by key within each section and each section nested
+    in one (``fallback.stale``)."""
     merged = dict(base)
-    for section, values in entry.items():
-        if isinstance(values, Mapping) and isinstance(base.get(section), dict):
-            merged[section] = {**base[section], **values}
+    for key, value in entry.items():
+        below = base.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = _merged(below, value)
         else:
-            merged[section] = values
+            merged[key] = value
     return merged
 
 
