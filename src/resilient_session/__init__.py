@@ -25,6 +25,7 @@ from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .config import Config, load
+from .config.per_call import settings
 from .deadline import deadline, remaining
 from .errors import (
     CircuitOpenError,
@@ -91,6 +92,7 @@ __all__ = [
     "redacting_request_hook",
     "remaining",
     "request",
+    "settings",
 ]
 
 _MODULE_VERBS = frozenset({"delete", "get", "head", "options", "patch", "post", "put", "request"})
