@@ -82,7 +82,7 @@ def overrides_from(data: Any, origin: str = CALL_ORIGIN) -> Overrides | None:
     try:
         key: Any = (origin, _frozen(data))
         known = _VALIDATED.get(key)
-    except TypeError:  # a value no dict can hold: validation names it
+    except (TypeError, RecursionError):  # a value no dict can hold: validation names it
         key, known = None, None
     if known is not None:
         return known

@@ -236,3 +236,16 @@ def test_settings_is_exported():
     """resilient_session.settings is the context manager, in __all__."""
     assert resilient_session.settings is settings
     assert "settings" in resilient_session.__all__
+
+
+def test_a_value_no_cache_can_hold_is_still_validated():
+    """An unhashable or absurdly nested value is named as any bad value is, not a TypeError."""
+    assert _error({"retry": {"max_attempts": bytearray(b"1")}}) == (
+        "resilience.retry.max_attempts: expected int, got bytes bytearray(b'1')"
+    )
+    nested: list[object] = []
+    for _ in range(5_000):
+        nested = [nested]
+    assert _error({"retry": {"transient_statuses": nested}}) == (
+        "resilience.retry.transient_statuses[0]: expected int, got array [[[[...]]]]"
+    )
