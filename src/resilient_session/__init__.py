@@ -21,10 +21,12 @@ from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
 from ._state.breaker import BreakerState
+from ._state.fallback import fallback_of
 from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .config import Config, load
+from .config.per_call import settings
 from .deadline import deadline, remaining
 from .errors import (
     CircuitOpenError,
@@ -77,6 +79,7 @@ __all__ = [
     "__version__",
     "deadline",
     "delete",
+    "fallback_of",
     "get",
     "head",
     "json_processors",
@@ -91,6 +94,7 @@ __all__ = [
     "redacting_request_hook",
     "remaining",
     "request",
+    "settings",
 ]
 
 _MODULE_VERBS = frozenset({"delete", "get", "head", "options", "patch", "post", "put", "request"})

@@ -1,4 +1,5 @@
-"""The structured events: one ``http.try`` per try and one ``breaker.transition`` per change."""
+"""The structured events: one ``http.try`` per try, one ``breaker.transition`` per change and
+one ``http.fallback`` per call a fallback answered."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from .hooks import StateChange
+from .redact import redact_url
 
 LOGGER_NAME = "resilient_session"
 
@@ -111,3 +113,29 @@ def emit_state_change(event: str, **fields: str | float) -> None:
     logger = logger_for(logging.WARNING)
     if logger is not None:
         logger.warning(event, **fields)
+
+
+def emit_fallback(
+    *,
+    host: str,
+    route: str | None,
+    reason: str,
+    source: str,
+    age: int | None,
+    url: str,
+    redact: frozenset[str],
+) -> None:
+    """Log ``http.fallback``: a call that failed was answered by a fallback (*source*
+    ``stale`` or ``callable``) instead. *url* is redacted here with the names in *redact*, so
+    no caller can log it whole; a level filtered out costs no redaction."""
+    logger = logger_for(logging.WARNING)
+    if logger is not None:
+        logger.warning(
+            "http.fallback",
+            url=redact_url(url, redact),
+            host=host,
+            route=route,
+            reason=reason,
+            source=source,
+            age=age,
+        )

@@ -163,6 +163,8 @@ def instruments_for(meter_provider: Any) -> Instruments:
 
 
 ROUTE_ATTRIBUTE = "resilient_session.route"
+# On the last span of a call a fallback answered: its source, ``stale`` or ``callable``.
+FALLBACK_ATTRIBUTE = "resilient_session.fallback"
 
 
 def attributes_of(address: str, port: int, route: str | None) -> dict[str, Any]:

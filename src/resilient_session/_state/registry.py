@@ -9,7 +9,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
 from resilient_session._observe.hooks import TryHook
@@ -29,6 +29,7 @@ from .limit import ConcurrencyLimit, LimitSnapshot
 from .meaning import TryTable, table_for
 from .routes import RouteStates
 from .runtime import Runtime, runtime_for
+from .stale import StaleScope, StaleStore
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -65,6 +66,8 @@ class HostState:
     # A host's routes and the state of each, when its entry has routes; None otherwise, and
     # always for a route's own state.
     routes: RouteStates[HostState] | None = None
+    # Its share of the registry's stale store, and its count of fallbacks served.
+    stale: StaleScope = field(default_factory=StaleScope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,12 @@ class HostHealth:
         route: the pattern of the host's route whose own state this is (``hosts:`` ...
             ``routes:``); None for the host's state, which every call outside the host's
             routes shares.
+        fallbacks: calls a fallback answered (``http.fallback`` events), stale or callable.
+        stale_served: of those, the calls answered with a stale answer.
+        stale_entries: answers the stale store keeps for the host now.
+        stale_bytes: what they count against ``fallback.stale.max_bytes``.
+        stale_evictions: answers of the host's dropped to make room, least recently used
+            first.
     """
 
     breaker: BreakerState
@@ -136,6 +145,11 @@ class HostHealth:
     state_backend: str
     state_degraded: bool
     route: str | None = None
+    fallbacks: int = 0
+    stale_served: int = 0
+    stale_entries: int = 0
+    stale_bytes: int = 0
+    stale_evictions: int = 0
 
     def as_dict(self) -> dict[str, str | int | float | bool | None]:
         """The fields as plain values, the breaker state as its string: ready for ``json.dumps``.
@@ -233,6 +247,11 @@ class HostRegistry:
             self.config.state, clock, rng, self.runtime.states
         )
         self._max_hosts = self.config.registry.max_hosts
+        # One store for every host: it holds at most the largest max_bytes the config names.
+        self.stale = StaleStore(
+            max(policy.fallback.stale.max_bytes for policy in self.config.policies()),
+            self.runtime.clock,
+        )
         self._lock = threading.Lock()
         self._hosts: OrderedDict[str, HostState] = OrderedDict()
         # The origin and state most recently moved to the end, so never the next evicted:
@@ -346,6 +365,7 @@ class HostRegistry:
         taken, for every host. The child runs only the forking thread, so a lock, slot or
         probe a parent's thread held at the fork would never be given back there."""
         self._lock = threading.Lock()
+        self.stale.after_fork()
         for host in self._hosts.values():
             if host.routes is not None:
                 host.routes.after_fork()
@@ -386,6 +406,7 @@ class HostRegistry:
             throttle = state.throttle.snapshot() if state.throttle is not None else _NO_THROTTLE
             limit = state.limit.snapshot() if state.limit is not None else _NO_LIMIT
             hedge = state.hedge.snapshot() if state.hedge is not None else _NO_HEDGING
+            stale = self.stale.figures(state.stale)
             result[state.key] = HostHealth(
                 breaker=breaker.state,
                 open_for=breaker.open_for,
@@ -414,6 +435,11 @@ class HostRegistry:
                 state_backend=backend,
                 state_degraded=degraded,
                 route=state.route,
+                fallbacks=stale.fallbacks,
+                stale_served=stale.served,
+                stale_entries=stale.entries,
+                stale_bytes=stale.bytes,
+                stale_evictions=stale.evictions,
             )
         return result
 

@@ -104,6 +104,7 @@ SCHEMA_DESCRIPTION: Final = (
     "(resilient-session check) enforces the rules between keys (retry.backoff_cap >= "
     "backoff_base; transient_statuses and overload_statuses disjoint; "
     "breaker.recovery_timeout_max >= recovery_timeout; limit.min <= initial <= max; "
+    "fallback.stale.max_entry_bytes <= max_bytes; "
     "deadline.header and attempt_header not a framing, hop-by-hop or credential header and not "
     "the same), each again on a host entry merged over defaults and on a route merged over its "
     "host's; balanced [ ] in a hosts key; two hosts keys naming one host; a state.url the "

@@ -231,7 +231,7 @@ def _rule(
     sections = {key: value for key, value in entry.items() if key != _ROUTES}
     before = len(errors)
     check_struct(sections, HostPolicy, path, errors, relations=False)
-    merged = _merged(base, sections)
+    merged = merge_over(base, sections)
     policy = None
     if len(errors) == before and parsed is not None:
         policy = check_struct(merged, HostPolicy, path, errors)
@@ -250,14 +250,16 @@ def _rule(
 _ROUTES: Final = "routes"
 
 
-def _merged(base: dict[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
-    """*entry*'s sections over *base*, key by key within each section."""
+def merge_over(base: dict[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """*entry*'s sections over *base*, key by key within each section and each section nested
+    in one (``fallback.stale``)."""
     merged = dict(base)
-    for section, values in entry.items():
-        if isinstance(values, Mapping) and isinstance(base.get(section), dict):
-            merged[section] = {**base[section], **values}
+    for key, value in entry.items():
+        below = base.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = merge_over(below, value)
         else:
-            merged[section] = values
+            merged[key] = value
     return merged
 
 
@@ -294,7 +296,7 @@ def _routes(
         check_struct(entry, HostPolicy, where, errors, relations=False)
         if len(errors) > before or host is None:
             continue
-        policy = check_struct(_merged(host, entry), HostPolicy, where, errors)
+        policy = check_struct(merge_over(host, entry), HostPolicy, where, errors)
         if policy is not None:
             found.append(Route(pattern, policy))
     return tuple(sorted(found, key=specificity))

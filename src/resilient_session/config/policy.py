@@ -202,6 +202,38 @@ class HedgingPolicy(StrictStruct, frozen=True):
     max_extra: Annotated[int, msgspec.Meta(ge=1, le=4)] = 1
 
 
+# A memory bound: past a tebibyte no process here holds the store, so a larger value is a typo.
+MAX_STORE_BYTES: Final = 2**40
+
+
+class StalePolicy(StrictStruct, frozen=True):
+    """Answers kept in memory to serve, marked, when a later call to the host fails.
+
+    The fallback stage reads it: the last good answer of each GET or HEAD (200, 203, 300, 301,
+    404, 410), held at most ``max_stale`` seconds (or the answer's own ``stale-if-error``),
+    within ``max_bytes`` for the whole session.
+    """
+
+    enabled: bool = False
+    max_stale: Annotated[float, msgspec.Meta(ge=0, le=DAY)] = 300.0
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_STORE_BYTES)] = 16_777_216
+    max_entry_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_STORE_BYTES)] = 1_048_576
+
+    def __post_init__(self) -> None:
+        if self.max_entry_bytes > self.max_bytes:
+            raise ValueError(
+                f"max_entry_bytes: must be <= max_bytes ({self.max_bytes}), "
+                f"got {self.max_entry_bytes}"
+            )
+
+
+class FallbackPolicy(StrictStruct, frozen=True):
+    """What a call that fails may be answered with instead (docs/configuration.md,
+    "fallback")."""
+
+    stale: StalePolicy = StalePolicy()
+
+
 class HostPolicy(StrictStruct, frozen=True):
     """Everything that applies to one host, after merging its entry over the defaults."""
 
@@ -213,6 +245,7 @@ class HostPolicy(StrictStruct, frozen=True):
     deadline: DeadlinePolicy = DeadlinePolicy()
     timeout: TimeoutPolicy = TimeoutPolicy()
     hedging: HedgingPolicy = HedgingPolicy()
+    fallback: FallbackPolicy = FallbackPolicy()
 
 
 class RegistryPolicy(StrictStruct, frozen=True):

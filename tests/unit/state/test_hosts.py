@@ -206,6 +206,11 @@ def test_health_counts_sent_tries_and_refusals_apart_as_the_events_do(harness, c
             "state_backend": "memory",
             "state_degraded": False,
             "route": None,
+            "fallbacks": 0,
+            "stale_served": 0,
+            "stale_entries": 0,
+            "stale_bytes": 0,
+            "stale_evictions": 0,
         }
     }
     assert list(as_json["http://svc.test:80"]) == _health_fields_in_docs()

@@ -1,0 +1,57 @@
+"""What a served fallback carries: why it ran, where the answer came from, and how old it is,
+kept on the response it served and read back with ``fallback_of``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+
+class FallbackSource(str, Enum):
+    """Where a fallback's answer came from."""
+
+    # The host's last good answer to the same request (``fallback.stale``).
+    STALE = "stale"
+    # The ``fallback=`` callable the session or adapter was given.
+    CALLABLE = "callable"
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackInfo:
+    """Why a call was answered by a fallback rather than by the network.
+
+    Attributes:
+        reason: the final ``http.try`` event's reason (``breaker_open``, ``max_attempts``,
+            ``deadline``, ...).
+        source: ``stale`` or ``callable``.
+        age: a stale answer's age in whole seconds, as its ``Age`` header says; None for a
+            callable's.
+    """
+
+    reason: str
+    source: FallbackSource
+    age: int | None = None
+
+
+# One private attribute on the response object, whatever its library: requests' Response and
+# httpx's both take new attributes, and a response from the network never has it.
+MARK: Final = "_resilient_session_fallback"
+
+
+def mark(response: object, info: FallbackInfo) -> None:
+    """Record on *response* that a fallback served it."""
+    setattr(response, MARK, info)
+
+
+def fallback_of(response: object) -> FallbackInfo | None:
+    """Why *response* was served by a fallback, or None for an answer from the network.
+
+    Example::
+
+        response = session.get(url)
+        if (info := resilient_session.fallback_of(response)) is not None:
+            log.warning("served stale", reason=info.reason, age=info.age)
+    """
+    info = getattr(response, MARK, None)
+    return info if isinstance(info, FallbackInfo) else None
