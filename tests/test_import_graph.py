@@ -28,8 +28,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "resilient_session._api",
     ),
     ("resilient_session.adapter",),
-    ("resilient_session._pipeline",),
+    # A transport implements the port the decisions define (_pipeline/wire.py): it sits
+    # above them, and they name no transport (test_the_decision_rooms_import_no_transport).
     ("resilient_session._transport",),
+    ("resilient_session._pipeline",),
     ("resilient_session._state",),
     ("resilient_session.config",),
     ("resilient_session._observe",),
@@ -46,11 +48,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 EXCEPTIONS: Mapping[tuple[str, str], str] = {
     # `resilient-session --version`: the version is computed once, in the package itself.
     ("resilient_session.cli", "resilient_session"): "__version__",
-    # The requests wire answers what the pipeline asks of a transport (_pipeline/wire.py),
-    # refusals included, each for a Reason; issue 30 puts _transport above _pipeline once no
-    # stage imports _transport.
-    ("resilient_session._transport", "resilient_session._pipeline.reason"): "the wire's port",
 }
+
+# The decision rooms name no transport: what they ask of one goes through the wire
+# (_pipeline/wire.py), so a second transport reuses every decision as it is.
+DECISION_ROOMS = ("resilient_session._pipeline", "resilient_session._state")
+TRANSPORT_NAMES = ("requests", "urllib3", "httpx", "httpcore", "resilient_session._transport")
 
 # Inside _state, only the factory names the fleet backend (imported when selected).
 FLEET = "resilient_session._state.fleet"
@@ -279,3 +282,43 @@ def test_importing_testing_loads_no_server() -> None:
         [sys.executable, "-c", code], capture_output=True, check=True, text=True
     ).stdout.strip()
     assert printed == f"[] {sorted(SERVER_MODULES)}"
+
+
+def transport_imports(sources: Mapping[str, tuple[str, bool]]) -> list[str]:
+    """Every import of a transport library or of ``_transport`` by a decision room, as
+    ``importer -> imported`` lines (TYPE_CHECKING and function-level imports included)."""
+    found = []
+    for name, (source, is_package) in sorted(sources.items()):
+        if _owner(name, DECISION_ROOMS) is None:
+            continue
+        for module, _ in _imported(ast.parse(source), name, is_package):
+            if _owner(module, TRANSPORT_NAMES) is not None:
+                found.append(f"{name} -> {module}")
+    return sorted(set(found))
+
+
+def test_the_decision_rooms_import_no_transport() -> None:
+    """_pipeline and _state import neither requests, urllib3, httpx nor _transport."""
+    assert transport_imports(read_sources()) == []
+
+
+def test_the_transport_ban_catches_a_planted_import() -> None:
+    """A planted ``import requests`` in a stage, a function-level urllib3 import in the state
+    and a TYPE_CHECKING import of _transport are each reported."""
+    sources = dict(read_sources())
+    stage = "resilient_session._pipeline.stages.breaker"
+    source, is_package = sources[stage]
+    sources[stage] = ("import requests\n" + source, is_package)
+    sources["resilient_session._state.planted"] = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from resilient_session._transport import requests_wire\n"
+        "def f():\n"
+        "    import urllib3.util\n",
+        False,
+    )
+    assert transport_imports(sources) == [
+        f"{stage} -> requests",
+        "resilient_session._state.planted -> resilient_session._transport",
+        "resilient_session._state.planted -> urllib3.util",
+    ]
