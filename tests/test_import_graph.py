@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "resilient_session.inbound",
         "resilient_session.session",
         "resilient_session._verbs",
-        "resilient_session._foreign",
+        "resilient_session._adopted_adapters",
         "resilient_session._api",
     ),
     ("resilient_session.adapter",),

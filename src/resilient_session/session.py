@@ -11,7 +11,7 @@ import requests
 from requests import Request, Response
 from requests.adapters import BaseAdapter, HTTPAdapter
 
-from ._foreign import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
+from ._adopted_adapters import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
 from ._observe.hooks import TryHook
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
@@ -251,7 +251,7 @@ class ResilientSession(TypedVerbs):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
-        # after (_foreign.py): the adapter it hands out then runs inside the pipeline. Only
+        # after (_adopted_adapters.py): the adapter it hands out then runs inside the pipeline. Only
         # attribute writes pay for these checks, and a call makes none on the session.
         if name == "get_adapter":
             if is_default(self, value):

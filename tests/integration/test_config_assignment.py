@@ -21,7 +21,7 @@ from resilient_session import (
     TryRecord,
     load,
 )
-from resilient_session._foreign import around_of
+from resilient_session._adopted_adapters import around_of
 from resilient_session.testing.upstream import FlakyUpstream, Hang, Reply
 from tests.integration.fleet_calls import (
     THRESHOLD,

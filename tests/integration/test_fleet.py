@@ -24,10 +24,10 @@ from resilient_session import CircuitOpenError, ResilientSession, log_json_lines
 from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
 from resilient_session._state.fleet.budget import FleetBucket
-from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
 from resilient_session._state.fleet.link import ServerLink
 from resilient_session._state.fleet.lua import SYNC
 from resilient_session._state.fleet.redis_backend import RedisBackend
+from resilient_session._state.fleet.sync_batch import SyncedHost, take_batch, take_in
 from resilient_session._state.registry import HostRegistry
 from resilient_session.adapter import ResilientAdapter
 from resilient_session.clock import SYSTEM_CLOCK

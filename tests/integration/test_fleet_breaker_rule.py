@@ -16,8 +16,8 @@ from resilient_session import CircuitOpenError, ResilientSession
 from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.fleet.breaker import FleetBreaker
 from resilient_session._state.fleet.budget import FleetBucket
-from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
 from resilient_session._state.fleet.lua import SYNC
+from resilient_session._state.fleet.sync_batch import SyncedHost, take_batch, take_in
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.config.policy import BreakerPolicy, HostPolicy
 from resilient_session.testing import FakeClock

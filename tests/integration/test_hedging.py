@@ -28,7 +28,7 @@ from resilient_session import (
     ResilientSession,
     log_json_lines,
 )
-from resilient_session._pipeline.hedging.launch import MAX_WORKERS
+from resilient_session._pipeline.hedging.timer import MAX_WORKERS
 from resilient_session.cli.stats import StatsAggregator
 from resilient_session.testing.upstream import refused_url
 from tests.integration.race_server import Answer, RaceUpstream

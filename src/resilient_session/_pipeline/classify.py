@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resilient_session._state.meaning import Meaning
+from resilient_session._state.try_table import Meaning
 
 from .attempt import Call, Outcome
 

@@ -6,7 +6,7 @@ test inline, the same way everywhere, under a comment naming its rule here:
 
 ``# hot path: happy``
     ``response is not None and response.status_code < 400 and outcome.error is None``. An
-    answer below 400 falls in the first row of every host's table (``_state/meaning.py``,
+    answer below 400 falls in the first row of every host's table (``_state/try_table.py``,
     ``ANSWERED_ROW``: statuses below 400 end the call whatever the tiers list), so a stage may
     judge it without the table. One with an error beside it (a body over the cap) is left to
     the table, which judges it by its status all the same.

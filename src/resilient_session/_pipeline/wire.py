@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 # The table's error half is keyed by it, so it lives with the table, below the pipeline.
-from resilient_session._state.meaning import ErrorKind as ErrorKind
+from resilient_session._state.try_table import ErrorKind as ErrorKind
 
 from .reason import Reason
 

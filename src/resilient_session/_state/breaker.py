@@ -12,7 +12,7 @@ from enum import Enum
 from resilient_session.clock import Clock
 from resilient_session.config.policy import BreakerPolicy
 
-from .tally import Tally
+from .counter import Tally
 
 # An opening after the first lasts up to this much longer, at random, so a fleet of clients
 # that tripped together does not probe a recovering host in lockstep.
@@ -117,7 +117,7 @@ class CircuitBreaker:
         self._openings = 0
         self._open_until = 0.0
         self._probes = 0
-        # Counted without the lock on the happy path (tally.py).
+        # Counted without the lock on the happy path (counter.py).
         self._tries = Tally()
         self._failures = 0
         self._rejected = 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from resilient_session.clock import Clock
 from resilient_session.config.policy import BudgetPolicy
 
-from .tally import Tally
+from .counter import Tally
 
 # Ten deposits of 0.1 sum to 0.9999999999999999; they must still buy one retry.
 _EPSILON = 1e-9
@@ -41,7 +41,7 @@ class TokenBucket:
         self._lock = threading.Lock()
         self._tokens = float(policy.max_tokens)
         self._refilled_at = clock.monotonic()
-        # Counted without the lock (tally.py): a deposit into a full bucket takes none.
+        # Counted without the lock (counter.py): a deposit into a full bucket takes none.
         self._first_tries = Tally()
         self._retries = 0
         self._exhausted = 0

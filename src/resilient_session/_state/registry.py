@@ -26,11 +26,11 @@ from .budget import TokenBucket
 from .hedge import HedgeSnapshot, HedgeState
 from .interface import Held, StateBackend, scope_key
 from .limit import ConcurrencyLimit, LimitSnapshot
-from .meaning import TryTable, table_for
 from .routes import RouteStates
 from .runtime import Runtime, runtime_for
 from .stale import StaleScope, StaleStore
 from .throttle import AdaptiveThrottle, ThrottleSnapshot
+from .try_table import TryTable, table_for
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # What health shows for a host whose throttle or concurrency limit is disabled.

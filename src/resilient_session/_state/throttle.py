@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from resilient_session.clock import Clock
 from resilient_session.config.policy import ThrottlePolicy
 
-from .tally import Tally
+from .counter import Tally
 
 # The window is kept as a ring of fixed buckets, so memory is fixed and expiry costs one
 # bucket per bucket-width of time. One bucket per second up to this many, wider beyond: a day's
@@ -104,7 +104,7 @@ class AdaptiveThrottle:
         self._sent_tries = 0
         self._sent_accepts = 0
         # Accepted tries of calls that began in the newest bucket, counted without the lock or
-        # the clock (tally.py) and folded into that bucket by the next step under the lock.
+        # the clock (counter.py) and folded into that bucket by the next step under the lock.
         self._quiet = Tally()
         self._folded = 0
         # Whether the window holds more failures than ``k - 1``, the least excess a refusal

@@ -11,7 +11,7 @@ from urllib3.exceptions import MaxRetryError, NewConnectionError
 from urllib3.exceptions import ProxyError as Urllib3ProxyError
 
 from resilient_session._pipeline.reason import Reason
-from resilient_session._state.meaning import ErrorKind
+from resilient_session._state.try_table import ErrorKind
 from resilient_session.errors import (
     CircuitOpenError,
     ConcurrencyLimitError,

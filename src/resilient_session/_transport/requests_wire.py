@@ -14,8 +14,8 @@ from requests.structures import CaseInsensitiveDict
 from resilient_session._compat import header_store, headers_of, request_cookies
 from resilient_session._observe.redact import redact_text
 from resilient_session._pipeline.reason import Reason
-from resilient_session._state.meaning import ErrorKind
 from resilient_session._state.runtime import Runtime
+from resilient_session._state.try_table import ErrorKind
 from resilient_session.errors import DeadlineExceeded
 
 from . import requests_errors

@@ -13,8 +13,8 @@ from typing import NoReturn
 import pytest
 
 from resilient_session._pipeline.attempt import Call
-from resilient_session._pipeline.hedging.launch import TIMER
 from resilient_session._pipeline.hedging.race import Race
+from resilient_session._pipeline.hedging.timer import TIMER
 from resilient_session._state.hedge import FLOOR, WINDOW, p95
 from resilient_session._transport.watchdog import WATCHDOG, RaceWatch
 from tests.conftest import Harness

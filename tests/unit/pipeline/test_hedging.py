@@ -15,10 +15,9 @@ from resilient_session._pipeline.call_stage import Tries
 from resilient_session._pipeline.chains import call_chain, call_stages
 from resilient_session._pipeline.drive import compose
 from resilient_session._pipeline.hedging.hedged_call import HedgeCalls
-from resilient_session._pipeline.hedging.launch import TIMER, real_monotonic
 from resilient_session._pipeline.hedging.race import RACE, Race
-from resilient_session._pipeline.hedging.racing_stages import racing_slots
-from resilient_session._pipeline.hedging.stages import race_try
+from resilient_session._pipeline.hedging.racing_stages import race_try, racing_slots
+from resilient_session._pipeline.hedging.timer import TIMER, real_monotonic
 from resilient_session._pipeline.stages import standard_chain
 from resilient_session._transport.watchdog import WATCHDOG, RaceWatch, Watch
 from resilient_session.errors import HedgeCancelled

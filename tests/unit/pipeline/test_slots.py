@@ -10,7 +10,7 @@ import pytest
 import resilient_session._pipeline.hedging.racing_stages as racing
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next
-from resilient_session._pipeline.hedging.stages import race_try
+from resilient_session._pipeline.hedging.racing_stages import race_try
 from resilient_session._pipeline.slots import Slots
 from resilient_session._pipeline.stages import standard_slots, standard_stages
 from resilient_session._pipeline.stages.deadline import enforce_deadline

@@ -1,4 +1,4 @@
-"""The counts the happy path keeps without a lock (``_state/tally.py``): exact under many
+"""The counts the happy path keeps without a lock (``_state/counter.py``): exact under many
 threads, with reads and the guards' locked paths racing them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from resilient_session._state.breaker import BreakerState, CircuitBreaker, TryResult
 from resilient_session._state.budget import TokenBucket
-from resilient_session._state.tally import Tally
+from resilient_session._state.counter import Tally
 from resilient_session._state.throttle import AdaptiveThrottle
 from resilient_session.config.policy import BreakerPolicy, BudgetPolicy, ThrottlePolicy
 from resilient_session.testing import FakeClock

@@ -1,7 +1,7 @@
 """One hedged call's race: the tries it sent, the one that answered first, and cutting the rest.
 
 A race starts with the call's first try, sent on the caller's thread. Once that try is on the
-wire the timer (``launch.py``) holds the race until the host's delay has passed; each hedge
+wire the timer (``timer.py``) holds the race until the host's delay has passed; each hedge
 it launches then runs on a worker, in a copy of the caller's context, through the same
 stages. The first try to end, whatever it ended with, wins: every other try still out is cut
 (the watchdog fires its watch, so its socket is shut down and its connection never pooled)
@@ -32,7 +32,7 @@ from resilient_session._pipeline.refusal import refuse
 from resilient_session._pipeline.wire import RaceBound
 from resilient_session._state.hedge import HedgeState
 
-from .launch import TIMER, real_monotonic
+from .timer import TIMER, real_monotonic
 
 # The race the try running in this context belongs to: set around the first try by the
 # hedged chain and around each hedge by its worker; read only by the racing stages.

@@ -18,7 +18,7 @@ from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
 from resilient_session._pipeline.wire import ErrorKind
 from resilient_session._state.breaker import BreakerState
-from resilient_session._state.meaning import Tier
+from resilient_session._state.try_table import Tier
 from resilient_session.clock import Clock
 
 _CALLER_RETRIES = Decision(Verdict.GIVE_UP, Reason.CALLER_RETRIES)

@@ -11,7 +11,7 @@ from resilient_session._observe.events import logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next
 
-from .event_fields import try_record
+from .try_record import try_record
 
 _INFO = logging.INFO
 _structlog_configured = structlog.is_configured

@@ -33,7 +33,6 @@ from . import push, sync_thread
 from .breaker import FleetBreaker
 from .budget import FleetBucket
 from .connect import open_link
-from .exchange import Batch, SyncedHost, isolate, put_back, take_batch, take_in
 from .inbox import Inbox
 from .lua import (
     CORRECTED_BREAKER,
@@ -42,8 +41,9 @@ from .lua import (
     CORRECTED_WORKERS,
     SYNC,
 )
-from .roster import Roster
 from .slots import UNREACHED
+from .sync_batch import Batch, SyncedHost, isolate, put_back, take_batch, take_in
+from .sync_hosts import Roster
 from .throttle import FleetThrottle
 
 # A worker is counted in a host's budget split while it synced within this many intervals.

@@ -14,8 +14,8 @@ from redis.exceptions import ResponseError
 
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.fleet import redis_backend, sync_thread
-from resilient_session._state.fleet.exchange import Batch, SyncedHost
 from resilient_session._state.fleet.redis_backend import RedisBackend
+from resilient_session._state.fleet.sync_batch import Batch, SyncedHost
 from resilient_session._state.interface import Guards, Held
 from resilient_session.config.policy import HostPolicy, StatePolicy
 from resilient_session.testing import FakeClock

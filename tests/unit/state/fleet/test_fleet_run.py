@@ -9,13 +9,13 @@ import pytest
 from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
 from resilient_session._state.fleet.budget import FleetBucket
-from resilient_session._state.fleet.exchange import SyncedHost, take_batch, take_in
 from resilient_session._state.fleet.lua import (
     CORRECTED_BREAKER,
     CORRECTED_BUDGET,
     CORRECTED_THROTTLE,
     CORRECTED_WORKERS,
 )
+from resilient_session._state.fleet.sync_batch import SyncedHost, take_batch, take_in
 from resilient_session._state.fleet.throttle import FleetThrottle
 from resilient_session.config.policy import BreakerPolicy, BudgetPolicy, HostPolicy, ThrottlePolicy
 

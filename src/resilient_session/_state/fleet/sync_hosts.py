@@ -29,7 +29,7 @@ from resilient_session.clock import Clock
 
 from .breaker import FleetBreaker
 from .budget import FleetBucket
-from .exchange import Batch, SyncedHost
+from .sync_batch import Batch, SyncedHost
 from .throttle import FleetThrottle
 
 # Without pushes, each idle host is read about this often (seconds), within _IDLE_RATE.

@@ -6,7 +6,7 @@ import pytest
 
 from resilient_session._state.breaker import TryResult
 from resilient_session._state.limit import Signal
-from resilient_session._state.meaning import ErrorKind, Tier, TryTable, table_for
+from resilient_session._state.try_table import ErrorKind, Tier, TryTable, table_for
 from resilient_session.config.policy import RetryPolicy
 
 S, F, N = TryResult.SUCCESS, TryResult.FAILURE, TryResult.NEUTRAL

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.fleet.breaker import FleetBreaker, StateCode
 from resilient_session._state.fleet.budget import FleetBucket
-from resilient_session._state.fleet.exchange import SyncedHost, take_batch
-from resilient_session._state.fleet.roster import Roster
+from resilient_session._state.fleet.sync_batch import SyncedHost, take_batch
+from resilient_session._state.fleet.sync_hosts import Roster
 from resilient_session._state.fleet.throttle import FleetThrottle
 from resilient_session._state.interface import Held
 from resilient_session._state.limit import ConcurrencyLimit, Signal

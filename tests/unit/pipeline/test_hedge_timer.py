@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from resilient_session._pipeline.hedging.launch import Timer, Workers, real_monotonic
+from resilient_session._pipeline.hedging.timer import Timer, Workers, real_monotonic
 from tests.threads import run_together
 
 WAIT = 10.0  # seconds a test waits for a thread before it fails: never reached when it works
