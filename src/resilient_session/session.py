@@ -20,6 +20,7 @@ from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
+from .config.per_call import enter_call, leave
 from .deadline import call_scope, narrowed
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
@@ -162,8 +163,10 @@ class ResilientSession(TypedVerbs):
         # Callers see float | None: UNSET is how "not given" is told apart from None, never a
         # value to pass. Annotations cost nothing at run time, so the call stays as fast.
         deadline: float | None = UNSET,  # type: ignore[assignment]
+        resilience: Mapping[str, Any] | None = None,
     ) -> Response:
-        """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
+        """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call,
+        and ``resilience=``: settings of this call's own.
 
         The deadline spans every try, wait and redirect hop. It replaces the host's configured
         ``deadline.default`` for this call; an enclosing ``with deadline()`` still caps it.
@@ -171,11 +174,31 @@ class ResilientSession(TypedVerbs):
         configured default spans the call too: each hop's host's default runs from the call's
         start, and a hop never gets longer than an earlier hop's host gave the call.
 
+        ``resilience={"retry": {"max_attempts": 1}}`` sets the per-call sections (``retry``,
+        ``timeout``, ``deadline``, ``hedging``, ``fallback``) over each hop's host's, key by
+        key, and over any enclosing ``with resilient_session.settings(...)``.
+
         Raises:
             TypeError: *deadline* is not a number (``True`` is not) and not None.
             ValueError: *deadline* is zero, negative, NaN, infinite or above
                 ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
+            ConfigError: *resilience* names a per-host section (``breaker``, ``budget``,
+                ``throttle``, ``limit``, ``state``), an unknown key or a bad value; raised
+                before anything is sent.
         """
+        if resilience is not None:
+            # Validated here, so a bad key raises before anything is sent; the call below
+            # reads the settings from the contextvar as a settings() block's.
+            settings_token = enter_call(resilience)
+            try:
+                return self.request(
+                    method, url, params=params, data=data, headers=headers, cookies=cookies,
+                    files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                    proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                    json=json, deadline=deadline,
+                )  # fmt: skip
+            finally:
+                leave(settings_token)
         if deadline is not UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
             scope = narrowed(deadline, self._clock, explicit=True)
         elif self._default_spans:

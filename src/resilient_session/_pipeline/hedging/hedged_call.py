@@ -52,7 +52,7 @@ class HedgeCalls:
             or call.stream
             or not call.idempotent
             or not call.replayable
-            or call.state.policy.retry.max_attempts < 2
+            or call.policy.retry.max_attempts < 2
             or caller_retries()
         ):
             return run(call)
