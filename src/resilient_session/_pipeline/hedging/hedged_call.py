@@ -49,6 +49,7 @@ class HedgeCalls:
         hedge = call.state.hedge
         if (
             hedge is None
+            or not call.policy.hedging.enabled  # switched off for this call (resilience=)
             or call.stream
             or not call.idempotent
             or not call.replayable
