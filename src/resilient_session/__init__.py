@@ -21,7 +21,7 @@ from ._observe.redact import redact_text, redact_url
 from ._observe.render import json_processors, log_json_lines
 from ._pipeline.attempt import Reason, Verdict
 from ._state.breaker import BreakerState
-from ._state.fallback import fallback_of
+from ._state.fallback import FailedCall, FallbackInfo, FallbackSource, fallback_of
 from ._state.registry import HostHealth, HostRegistry
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -59,6 +59,9 @@ __all__ = [
     "Config",
     "ConfigError",
     "DeadlineExceeded",
+    "FailedCall",
+    "FallbackInfo",
+    "FallbackSource",
     "HedgeCancelled",
     "HostHealth",
     "HostRegistry",

@@ -26,12 +26,14 @@ from typing import Any
 import requests
 from requests.adapters import BaseAdapter, HTTPAdapter
 
+from ._state.fallback import FailedCall
 from ._state.registry import HostRegistry
 from ._transport.watched import watch_pools
 from .adapter import ResilientAdapter
 from .clock import Clock
 
 GetAdapter = Callable[[str], BaseAdapter]
+Fallback = Callable[[FailedCall], "requests.Response | None"]
 
 
 class _SendThrough(HTTPAdapter):
@@ -69,9 +71,10 @@ class Around(ResilientAdapter, _SendThrough):
         registry: HostRegistry,
         clock: Clock,
         rng: random.Random,
+        fallback: Fallback | None = None,
     ) -> None:
         self._through = through
-        super().__init__(registry=registry, clock=clock, rng=rng)
+        super().__init__(registry=registry, clock=clock, rng=rng, fallback=fallback)
 
 
 def is_default(session: requests.Session, get_adapter: object) -> bool:
@@ -143,9 +146,11 @@ class MountedAround(ResilientAdapter, _MountedOwn):
     watched as ours are; this one's own pool manager stays empty.
     """
 
-    def __init__(self, mounted: HTTPAdapter, *, registry: HostRegistry) -> None:
+    def __init__(
+        self, mounted: HTTPAdapter, *, registry: HostRegistry, fallback: Fallback | None = None
+    ) -> None:
         self._mounted = mounted
-        super().__init__(registry=registry)
+        super().__init__(registry=registry, fallback=fallback)
 
     def attach(self, registry: HostRegistry) -> None:
         super().attach(registry)
@@ -159,7 +164,12 @@ class MountedAround(ResilientAdapter, _MountedOwn):
             del mounted.build_response
 
 
-def wrap_mounted(adapter: HTTPAdapter, session: requests.Session, registry: HostRegistry) -> None:
+def wrap_mounted(
+    adapter: HTTPAdapter,
+    session: requests.Session,
+    registry: HostRegistry,
+    fallback: Fallback | None = None,
+) -> None:
     """Run every ``send`` of *adapter*, mounted on *session*, through the pipeline on
     *registry*: retries, the deadline (its pools watched), the guards, ``health()``.
 
@@ -168,7 +178,7 @@ def wrap_mounted(adapter: HTTPAdapter, session: requests.Session, registry: Host
     """
     current = around_of(adapter)
     if current is None:
-        current = MountedAround(adapter, registry=registry)
+        current = MountedAround(adapter, registry=registry, fallback=fallback)
         # Instance attributes, so that session.adapters and get_adapter still show the adapter
         # as mounted, as requests' own tests check; its class's methods stay its own.
         adapter.send = current.send  # type: ignore[method-assign]  # per instance

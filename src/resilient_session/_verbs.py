@@ -1,4 +1,5 @@
-"""The verbs' signatures as type checkers see them: requests' keywords, plus ``deadline=``.
+"""The verbs' signatures as type checkers see them: requests' keywords, plus ``deadline=``
+and ``resilience=``.
 
 Only type checkers see the class. At run time TypedVerbs is requests.Session itself, whose verbs
 pass every keyword on to ``ResilientSession.request``: a frame fewer on every call.
@@ -11,6 +12,9 @@ from typing import TYPE_CHECKING
 import requests
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from requests import Response
     from requests.cookies import RequestsCookieJar
     from requests.models import _JSON
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def options(
@@ -71,6 +76,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def head(
@@ -92,6 +98,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def post(
@@ -113,6 +120,7 @@ if TYPE_CHECKING:
             verify: _Verify | None = ...,
             cert: _Cert | None = ...,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def put(
@@ -134,6 +142,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def patch(
@@ -155,6 +164,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 
         def delete(
@@ -176,6 +186,7 @@ if TYPE_CHECKING:
             cert: _Cert | None = ...,
             json: _JSON | None = None,
             deadline: float | None = ...,
+            resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 else:
     TypedVerbs = requests.Session

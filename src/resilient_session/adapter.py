@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import requests
@@ -20,6 +20,7 @@ from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next, resume
 from ._pipeline.happy import answered
 from ._pipeline.stages import standard_chain
+from ._state.fallback import FailedCall
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
 from ._transport.cap import caps_any, limit_body
@@ -48,6 +49,9 @@ class ResilientAdapter(HTTPAdapter):
         rng: the source of jitter; a *registry* handed in brings its own.
         try_hooks: told of every try (:class:`resilient_session.TryHook`); a *registry* handed
             in brings its own.
+        fallback: called once for a call that fails (it would raise, or ends with a 5xx, 408
+            or an overload status) with a :class:`resilient_session.FailedCall`; returns a
+            ``requests.Response`` to serve instead, or None (docs/degrading.md).
         **kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``, ...).
     """
 
@@ -59,9 +63,13 @@ class ResilientAdapter(HTTPAdapter):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         try_hooks: Iterable[TryHook] = (),
+        fallback: Callable[[FailedCall], requests.Response | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if fallback is not None and not callable(fallback):
+            raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
+        self._fallback = fallback
         self._session: weakref.ref[requests.Session] | None = None
         # A registry made here is this adapter's to close (the redis backend's sync thread).
         self._own_registry: HostRegistry | None = None
@@ -90,7 +98,9 @@ class ResilientAdapter(HTTPAdapter):
         # built here for the unpickled adapter too.
         runtime = registry.runtime
         self._chain: Next = standard_chain(self._transport, runtime)
-        self._calls: Run | None = call_chain(self._chain, self._transport, runtime)
+        self._calls: Run | None = call_chain(
+            self._chain, self._transport, runtime, self._fallback, registry.stale
+        )
         # Only a config that caps some host's responses builds capped ones (requests'
         # extension point for adapters): with every cap null, no call pays for the cap.
         if caps_any(registry.config):
@@ -206,12 +216,12 @@ class ResilientAdapter(HTTPAdapter):
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[misc]  # not in the stubs
         runtime = self._registry.runtime
-        state["_resilience"] = (self._registry.config, runtime.clock, runtime.rng)
+        state["_resilience"] = (self._registry.config, runtime.clock, runtime.rng, self._fallback)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Config survives pickling; breakers and budgets start afresh (requests' __attrs__ rule).
-        config, clock, rng = state.pop("_resilience")
+        config, clock, rng, self._fallback = state.pop("_resilience")
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
         self._session = None  # the session that unpickles this mounts it again
         self._own_registry = None

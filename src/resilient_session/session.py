@@ -11,7 +11,14 @@ import requests
 from requests import Request, Response
 from requests.adapters import BaseAdapter, HTTPAdapter
 
-from ._adopted_adapters import Around, around_of, is_default, resilient_get_adapter, wrap_mounted
+from ._adopted_adapters import (
+    Around,
+    Fallback,
+    around_of,
+    is_default,
+    resilient_get_adapter,
+    wrap_mounted,
+)
 from ._observe.hooks import TryHook
 from ._state.registry import HostHealth, HostRegistry
 from ._transport.fork import track_session
@@ -20,6 +27,7 @@ from ._verbs import TypedVerbs
 from .adapter import ResilientAdapter
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
+from .config.per_call import enter_call, leave
 from .deadline import call_scope, narrowed
 from .deadline import enter as enter_scope
 from .deadline import leave as leave_scope
@@ -73,6 +81,10 @@ class ResilientSession(TypedVerbs):
         try_hooks: told of every try once its decision is final, after the ``http.try``
             event (:class:`resilient_session.TryHook`; docs/observability.md). A *registry*
             handed in brings its own (``HostRegistry(try_hooks=...)``).
+        fallback: called once for a call that fails (it would raise, or ends with a 5xx, 408
+            or an overload status) with a :class:`resilient_session.FailedCall` saying why;
+            returns a ``requests.Response`` to serve instead, or None to let the call end as
+            it would (docs/degrading.md). Every adapter of this session uses it.
         **kwargs: passed on to the next class in the class list, so ``ResilientSession``
             combines with another ``requests.Session`` subclass in either order, for
             example ``class Api(ResilientSession, OAuth2Session)`` built as
@@ -87,7 +99,7 @@ class ResilientSession(TypedVerbs):
             session.get("https://api.example.com/items", deadline=2.0)
     """
 
-    __attrs__ = [*requests.Session.__attrs__, "config", "_clock", "_rng"]  # noqa: RUF012
+    __attrs__ = [*requests.Session.__attrs__, "config", "_clock", "_rng", "_fallback"]  # noqa: RUF012
 
     # Whether the request() after this class's in the class list is requests' own, whose
     # steps request() then runs itself; set for each subclass (__init_subclass__).
@@ -97,6 +109,8 @@ class ResilientSession(TypedVerbs):
     # self.__dict__, whose use would give the instance a dict of its own and slow every
     # attribute read on it.
     _has_state: bool = False
+    # The fallback= callable every adapter this session mounts or wraps is given.
+    _fallback: Fallback | None = None
 
     def __init__(
         self,
@@ -106,6 +120,7 @@ class ResilientSession(TypedVerbs):
         rng: random.Random | None = None,
         registry: HostRegistry | None = None,
         try_hooks: Iterable[TryHook] = (),
+        fallback: Fallback | None = None,
         **kwargs: Any,
     ) -> None:
         # The rest belong to the next class in the list (OAuth2Session's client_id, token, ...).
@@ -129,8 +144,9 @@ class ResilientSession(TypedVerbs):
         self._clock = runtime.clock
         self._rng = runtime.rng
         self._default_spans = runtime.default_deadline
+        self._fallback = fallback
         for prefix in ("https://", "http://"):
-            self.mount(prefix, ResilientAdapter(registry=self.registry))
+            self.mount(prefix, ResilientAdapter(registry=self.registry, fallback=fallback))
         self._has_state = True
         # Any other a class before this one in the class list mounted had no state to join yet.
         self._wrap_mounted()
@@ -162,8 +178,10 @@ class ResilientSession(TypedVerbs):
         # Callers see float | None: UNSET is how "not given" is told apart from None, never a
         # value to pass. Annotations cost nothing at run time, so the call stays as fast.
         deadline: float | None = UNSET,  # type: ignore[assignment]
+        resilience: Mapping[str, Any] | None = None,
     ) -> Response:
-        """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call.
+        """As ``requests.Session.request``, plus ``deadline=``: seconds for the whole call,
+        and ``resilience=``: settings of this call's own.
 
         The deadline spans every try, wait and redirect hop. It replaces the host's configured
         ``deadline.default`` for this call; an enclosing ``with deadline()`` still caps it.
@@ -171,11 +189,31 @@ class ResilientSession(TypedVerbs):
         configured default spans the call too: each hop's host's default runs from the call's
         start, and a hop never gets longer than an earlier hop's host gave the call.
 
+        ``resilience={"retry": {"max_attempts": 1}}`` sets the per-call sections (``retry``,
+        ``timeout``, ``deadline``, ``hedging``, ``fallback``) over each hop's host's, key by
+        key, and over any enclosing ``with resilient_session.settings(...)``.
+
         Raises:
             TypeError: *deadline* is not a number (``True`` is not) and not None.
             ValueError: *deadline* is zero, negative, NaN, infinite or above
                 ``resilient_session.deadline.MAX_DEADLINE`` (10**9 s).
+            ConfigError: *resilience* names a per-host section (``breaker``, ``budget``,
+                ``throttle``, ``limit``, ``state``), an unknown key or a bad value; raised
+                before anything is sent.
         """
+        if resilience is not None:
+            # Validated here, so a bad key raises before anything is sent; the call below
+            # reads the settings from the contextvar as a settings() block's.
+            settings_token = enter_call(resilience)
+            try:
+                return self.request(
+                    method, url, params=params, data=data, headers=headers, cookies=cookies,
+                    files=files, auth=auth, timeout=timeout, allow_redirects=allow_redirects,
+                    proxies=proxies, hooks=hooks, stream=stream, verify=verify, cert=cert,
+                    json=json, deadline=deadline,
+                )  # fmt: skip
+            finally:
+                leave(settings_token)
         if deadline is not UNSET:  # type: ignore[comparison-overlap]  # identity: isinstance costs more
             scope = narrowed(deadline, self._clock, explicit=True)
         elif self._default_spans:
@@ -240,14 +278,14 @@ class ResilientSession(TypedVerbs):
             adapter.serve(self)
         elif isinstance(adapter, HTTPAdapter) and self._has_state:
             # requests' own __init__ mounts two before this session has state; they are replaced.
-            wrap_mounted(adapter, self, self.registry)
+            wrap_mounted(adapter, self, self.registry, self._fallback)
 
     def _wrap_mounted(self) -> None:
         for adapter in self.adapters.values():
             if isinstance(adapter, ResilientAdapter):
                 adapter.serve(self)
             elif isinstance(adapter, HTTPAdapter):
-                wrap_mounted(adapter, self, self.registry)
+                wrap_mounted(adapter, self, self.registry, self._fallback)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # requests-mock's Mocker sets get_adapter on the session for each send and sets it back
@@ -294,7 +332,13 @@ class ResilientSession(TypedVerbs):
         kept: tuple[BaseAdapter, Around] | None = self.__dict__.get("_kept_around")
         if kept is not None and kept[0] is adapter:
             return kept[1]
-        around = Around(adapter, registry=self.registry, clock=self._clock, rng=self._rng)
+        around = Around(
+            adapter,
+            registry=self.registry,
+            clock=self._clock,
+            rng=self._rng,
+            fallback=self._fallback,
+        )
         around.serve(self)
         self.__dict__["_kept_around"] = (adapter, around)
         return around

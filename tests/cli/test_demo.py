@@ -104,7 +104,10 @@ def test_brownouts_keep_serving_and_spare_the_upstream(played):
     assert _served(half.result) > 50
     assert 100 <= scenes[8].upstream_hits <= 100 + 20 + 10
     assert "the breaker never opens" in scenes[8].note
-    assert [e for e in events if e.get("event") == "breaker.transition"][3:] == []
+    # Scene 8 opens, probes and closes its breaker; the next three are scene 13's.
+    transitions = [e for e in events if e.get("event") == "breaker.transition"]
+    assert len(transitions) == 6
+    assert [e["to"] for e in transitions[3:]] == ["open", "half_open", "closed"]
     refused = heavy.refused
     assert refused >= 60
     assert scenes[9].upstream_hits < 60
@@ -140,16 +143,17 @@ def test_two_hops_retry_at_one_layer(played):
 
 
 def test_streamed_events_are_valid_json_lines(played):
-    """One http.try per try and per refusal of every scene and 3 breaker.transition lines
-    stream, each valid against the schema."""
+    """One http.try per try and per refusal of every scene, 6 breaker.transition lines and 3
+    http.fallback lines stream, each valid against the schema."""
     scenes, events = played
     kinds = [event["event"] for event in events]
-    assert kinds.count("demo.scene") == 12
+    assert kinds.count("demo.scene") == 13
     calls = [call for scene in scenes for call in scene.calls]
     assert kinds.count("http.try") == sum(call.tries + call.refused for call in calls)
     fail_fasts = [e for e in events if e["event"] == "http.try" and e["decision"] == "fail_fast"]
     assert len(fail_fasts) == sum(call.refused for call in calls) > 0
-    assert kinds.count("breaker.transition") == 3
+    assert kinds.count("breaker.transition") == 6
+    assert kinds.count("http.fallback") == 3
     validator = jsonschema.Draft202012Validator(SCHEMA)
     ours = [event for event in events if event["event"] != "demo.scene"]
     assert [error.message for e in ours for error in validator.iter_errors(e)] == []
@@ -172,7 +176,7 @@ def test_demo_command_with_stdout_flag(capsys):
     assert table[0].split()[:4] == ["scene", "call", "tries", "refused"]
     events = sum(1 for line in lines if line.startswith('{"method"'))
     assert events > 28 + 12
-    assert table[-1].startswith("12 scenes in ")
+    assert table[-1].startswith("13 scenes in ")
 
 
 def test_demo_subprocess_finishes_fast_with_a_table():
@@ -199,16 +203,38 @@ def test_demo_subprocess_finishes_fast_with_a_table():
         ("8 breaker opens, probes, closes", "give_up", "breaker_open"),
         ("11 hang held by the limit", "fail_fast", "concurrency_limit"),
         ("12 two hops: one layer retries", "give_up", "max_attempts"),
+        ("13 host down: stale answers stand in", "success", "ok"),
     ]
     for start, decision, reason in expected:
         words = _row(done.stdout, start)
         # From the right: a scene's title may contain the decision's word too.
         at = len(words) - 1 - words[::-1].index(decision)
         assert words[at + 1] == reason, start
-    assert done.stdout.splitlines()[-1].startswith("12 scenes in ")
+    assert done.stdout.splitlines()[-1].startswith("13 scenes in ")
 
 
 def _row(table: str, start: str) -> list[str]:
     """The words of the one line of *table* that starts with *start*."""
     [line] = [line for line in table.splitlines() if line.startswith(start)]
     return line.split()
+
+
+def test_a_host_down_is_answered_stale_then_recovers(played):
+    """Scene 13: one fresh answer, three calls to the host while down answered with it (two
+    503s, then a call the open breaker refused), marked; then the host's next answer."""
+    scenes, _ = played
+    scene = scenes[12]
+    assert _calls(scene) == [
+        ("GET /prices, host up", 1, "success", "ok", "200 OK"),
+        (
+            "3x GET /prices, host down",
+            2,
+            "fail_fast",
+            "breaker_open",
+            "2x 200 OK (stale, max_attempts), 1x 200 OK (stale, breaker_open)",
+        ),
+        ("GET /prices, 0.2 s later", 1, "success", "ok", "200 OK"),
+    ]
+    assert scene.calls[1].refused == 1
+    assert scene.calls[2].transitions == ("open->half_open", "half_open->closed")
+    assert scene.upstream_hits == 4

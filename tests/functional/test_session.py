@@ -162,12 +162,12 @@ def test_deadline_kwarg(mock, session, clock):
 
 def test_request_takes_requests_parameters_in_requests_order():
     """request() spells out requests' parameters (and passes them on by keyword): the same
-    names, order and defaults, plus deadline= last. A requests release that changes them
-    fails here first."""
+    names, order and defaults, plus deadline= and resilience= last. A requests release that
+    changes them fails here first."""
     ours = list(inspect.signature(ResilientSession.request).parameters.values())
     theirs = list(inspect.signature(requests.Session.request).parameters.values())
-    assert [(p.name, p.default) for p in ours[:-1]] == [(p.name, p.default) for p in theirs]
-    assert ours[-1].name == "deadline"
+    assert [(p.name, p.default) for p in ours[:-2]] == [(p.name, p.default) for p in theirs]
+    assert [p.name for p in ours[-2:]] == ["deadline", "resilience"]
 
 
 @pytest.mark.parametrize("verb", ["get", "options", "head", "post", "put", "patch", "delete"])

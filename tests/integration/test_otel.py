@@ -507,3 +507,28 @@ def test_the_known_methods_can_be_replaced_from_the_environment(
         ("GET", "GET", None),
         ("HTTP", "_OTHER", "POST"),
     ]
+
+
+def test_a_call_a_fallback_answers_names_it_on_its_last_span(otel, upstream):
+    """Two tries sent, both 503, the call answered stale: two CLIENT spans, the last one with
+    resilient_session.fallback = stale, the first without; a call no fallback answers ends
+    its last span with no such attribute."""
+    upstream.script("/s", Reply(200, body=b"kept"), Reply(503))
+    config = {
+        "defaults": {
+            "retry": {"max_attempts": 2, "backoff_base": 0.01, "backoff_cap": 0.01},
+            "fallback": {"stale": {"enabled": True}},
+        }
+    }
+    session = otel.session(config)
+    session.get(upstream.url("/s"))
+    served = session.get(upstream.url("/s"))
+    session.get(upstream.url("/s"), resilience={"fallback": {"stale": {"enabled": False}}})
+    assert served.content == b"kept"
+    spans = otel.finished()
+    assert len(spans) == 5
+    marks = [(span.attributes or {}).get("resilient_session.fallback") for span in spans]
+    assert marks == [None, None, "stale", None, None]
+    assert [(span.attributes or {}).get("http.response.status_code") for span in spans] == [
+        200, 503, 503, 503, 503,
+    ]  # fmt: skip

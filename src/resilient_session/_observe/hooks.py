@@ -7,7 +7,8 @@ one more: each is handed the same frozen :class:`TryRecord` once per try.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextvars
+from collections.abc import Callable, Iterable
 from typing import NamedTuple, Protocol, runtime_checkable
 
 
@@ -82,6 +83,33 @@ class SendHook(TryHook, Protocol):
     same thread."""
 
     def on_send(self, sending: TrySending, /) -> Iterable[tuple[str, str]]: ...
+
+
+@runtime_checkable
+class CallEndHook(TryHook, Protocol):
+    """A hook also told how a call that failed ended, when a fallback stage watches the call
+    (``calls_watched()`` true while its tries run): ``on_call_end`` follows the call's last
+    ``on_try`` on the same thread, with the source of the fallback that answered it
+    (``stale`` or ``callable``), or None when none did."""
+
+    def on_call_end(self, source: str | None, /) -> None: ...
+
+
+_WATCHED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "resilient_session_call_watched", default=False
+)
+
+#: True while the tries of a call run under a fallback stage, which tells each
+#: :class:`CallEndHook` how the call ended: the last try's span may wait for it.
+calls_watched: Callable[[], bool] = _WATCHED.get
+
+
+def watch_call() -> contextvars.Token[bool]:
+    """Say, until ``unwatch_call(token)``, that ``on_call_end`` will follow the call's tries."""
+    return _WATCHED.set(True)
+
+
+unwatch_call: Callable[[contextvars.Token[bool]], None] = _WATCHED.reset
 
 
 class _Named(Protocol):

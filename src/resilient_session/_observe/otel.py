@@ -14,8 +14,9 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from .hooks import TryRecord, TrySending
+from .hooks import TryRecord, TrySending, calls_watched
 from .otel_metrics import (
+    FALLBACK_ATTRIBUTE,
     ROUTE_ATTRIBUTE,
     SCOPE,
     HealthSource,
@@ -102,6 +103,8 @@ class OpenTelemetryHook:
 
     def on_send(self, sending: TrySending, /) -> Iterator[tuple[str, str]]:
         from opentelemetry.propagate import inject
+
+        self._end_held()
         from opentelemetry.trace import SpanKind, set_span_in_context
 
         address, port = server_of(sending.host)
@@ -164,7 +167,34 @@ class OpenTelemetryHook:
             from opentelemetry.trace import Status, StatusCode
 
             span.set_status(Status(StatusCode.ERROR))
+        if record.decision in _FINAL_FAILURES and not record.hedge and calls_watched():
+            # The call's last span: kept open until on_call_end says whether a fallback
+            # answered the call, which it then names.
+            self._local.held = span
+            return
         span.end()
+
+    def on_call_end(self, source: str | None, /) -> None:
+        """End the call's last span, naming the fallback that answered the call, if any; with
+        no span held (the call's last try was refused), the call's own span is named."""
+        held = getattr(self._local, "held", None)
+        self._local.held = None
+        if held is not None:
+            if source is not None:
+                held.set_attribute(FALLBACK_ATTRIBUTE, source)
+            held.end()
+        elif source is not None:
+            from opentelemetry import trace
+
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.set_attribute(FALLBACK_ATTRIBUTE, source)
+
+    def _end_held(self) -> None:
+        held = getattr(self._local, "held", None)
+        if held is not None:  # a call ended without on_call_end: its span ends as it was
+            self._local.held = None
+            held.end()
 
     def _refused(self, record: TryRecord, address: str, port: int) -> None:
         from opentelemetry import trace
@@ -186,6 +216,10 @@ class OpenTelemetryHook:
             if method == "_OTHER":
                 attributes["http.request.method_original"] = record.method
             span.add_event("resilient_session.try_refused", attributes)
+
+
+# The decisions after which a call may be answered by a fallback.
+_FINAL_FAILURES = frozenset({"give_up", "fail_fast"})
 
 
 def emitter_for(health: HealthSource) -> OpenTelemetryHook | None:

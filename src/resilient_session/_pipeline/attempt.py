@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from resilient_session._state.breaker import BreakerState
     from resilient_session._state.registry import HostState
     from resilient_session._state.runtime import Runtime
+    from resilient_session._state.try_table import TryTable
+    from resilient_session.config.policy import HostPolicy
 
     from .wire import Answer, Wire
 
@@ -107,6 +109,7 @@ class Call:
         "deadline_at",
         "idempotent",
         "method",
+        "policy",
         "proxies",
         "replayable",
         "request",
@@ -114,6 +117,7 @@ class Call:
         "started_at",
         "state",
         "stream",
+        "table",
         "timeout",
         "verify",
         "wire",
@@ -124,6 +128,12 @@ class Call:
     request: Any
     method: str
     state: HostState
+    # The policy the call runs on: the host's, or with the call's own settings over it
+    # (``resilience=``, ``settings()``); the stages read it here, never on the state.
+    policy: HostPolicy
+    # What a finished try means, by the statuses of that policy (``state.table`` without
+    # settings of the call's own).
+    table: TryTable
     # The registry's clock, random source and redacted names: what the stages run on.
     runtime: Runtime
     # The transport's side of each decision (``wire.py``): the adapter's, not the registry's,

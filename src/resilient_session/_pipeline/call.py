@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from resilient_session._state.try_table import TryTable, table_for
+from resilient_session.config.per_call import Overrides, current_overrides, effective_policy
+from resilient_session.config.policy import HostPolicy
 from resilient_session.deadline import current_scope
 
 from .attempt import Call
 
 if TYPE_CHECKING:
-    from resilient_session._state.registry import HostRegistry
+    from resilient_session._state.registry import HostRegistry, HostState
 
     from .wire import Wire
 
@@ -43,7 +46,15 @@ def start_call(
     runtime = registry.runtime
     now = runtime.clock.monotonic()
     state = registry.for_url(request.url or "")
-    policy = state.policy
+    # Read once a call: a contextvar's get, and on a call without settings of its own nothing
+    # more (the per-call view is looked up only under them).
+    overrides = current_overrides()
+    if overrides is None:
+        policy = state.policy
+        table = state.table
+        default_timeout = state.default_timeout
+    else:
+        policy, table, default_timeout = call_view(state, overrides)
     scope = current_scope()
     default = policy.deadline.default
     if scope is None:
@@ -61,7 +72,7 @@ def start_call(
                 deadline_at = default_at
     if timeout is None:
         # The one deliberate difference from requests: a try never waits forever.
-        timeout = state.default_timeout
+        timeout = default_timeout
     method = request.method or "GET"
     # Prepared requests carry their method in capitals already: ~700 instructions.
     idempotent = method in IDEMPOTENT_METHODS
@@ -73,6 +84,8 @@ def start_call(
     call.request = request
     call.method = method
     call.state = state
+    call.policy = policy
+    call.table = table
     call.runtime = runtime
     call.wire = wire
     call.stream = stream
@@ -86,6 +99,38 @@ def start_call(
     body = request.body
     call.replayable = body is None or isinstance(body, _REPLAYABLE_BODIES) or _rereadable(body)
     return call
+
+
+def call_view(
+    state: HostState, overrides: Overrides
+) -> tuple[HostPolicy, TryTable, tuple[float, float]]:
+    """What a call to *state*'s host runs on under *overrides*: the policy with them over the
+    host's, its table of statuses and its default timeout; worked out once for each pair.
+
+    Raises:
+        ConfigError: the settings break a rule between two keys of the host's policy.
+    """
+    base = state.policy
+    key = (id(base), overrides)
+    known = _VIEWS.get(key)
+    if known is not None and known[0] is base:
+        return known[1]
+    policy = effective_policy(base, overrides)
+    table = state.table if policy.retry == base.retry else table_for(policy.retry)
+    view = (policy, table, (policy.timeout.connect, policy.timeout.read))
+    if len(_VIEWS) >= _VIEWS_KEPT:
+        _VIEWS.clear()
+    # The entry holds the host's policy, so its id cannot be reused while the entry is kept.
+    _VIEWS[key] = (base, view)
+    return view
+
+
+# A program that builds its settings anew for each call repeats a handful of them.
+_VIEWS_KEPT = 1024
+_VIEWS: dict[
+    tuple[int, Overrides],
+    tuple[HostPolicy, tuple[HostPolicy, TryTable, tuple[float, float]]],
+] = {}
 
 
 def _rereadable(body: object) -> bool:

@@ -15,6 +15,6 @@ def meaning_of(outcome: Outcome, call: Call) -> Meaning:
     error = outcome.error
     refused = outcome.refused is not None
     if response is not None:
-        return call.state.table.of(response.status_code, None, refused)
+        return call.table.of(response.status_code, None, refused)
     kind = None if error is None or refused else call.wire.error_kind(error)
-    return call.state.table.of(None, kind, refused)
+    return call.table.of(None, kind, refused)

@@ -22,7 +22,9 @@ from resilient_session._state.try_table import ErrorKind as ErrorKind
 from .reason import Reason
 
 if TYPE_CHECKING:
+    from resilient_session._state.fallback import FallbackInfo
     from resilient_session._state.runtime import Runtime
+    from resilient_session._state.stale import StaleHit
 
 
 class Answer(Protocol):
@@ -163,4 +165,24 @@ class Wire(Protocol):
             (request, cookies) for the next try; None when *answer* set no cookie, so the next
             try sends what this one did.
         """
+        ...
+
+    # -- fallback: what a call's answer holds, an answer made from a stored one, the mark ----
+
+    def is_answer(self, value: object) -> bool:
+        """Whether *value*, which a ``fallback=`` callable returned, is an answer a caller of
+        this transport can be given."""
+        ...
+
+    def body(self, answer: Answer) -> bytes:
+        """The body of *answer*, already read whole (the caller does not stream it)."""
+        ...
+
+    def stored_answer(self, request: Any, hit: StaleHit) -> Answer:
+        """A new answer to *request* made from the stored one *hit* holds: its status, its
+        headers with ``Age``, its body; read whole, nothing left open."""
+        ...
+
+    def mark(self, answer: Answer, info: FallbackInfo) -> None:
+        """Record on *answer* that a fallback served it, for ``fallback_of`` to read."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 
 class FallbackSource(str, Enum):
@@ -32,6 +32,28 @@ class FallbackInfo:
     reason: str
     source: FallbackSource
     age: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCall:
+    """What a ``fallback=`` callable is told of the call that failed.
+
+    Attributes:
+        request: the request as the caller prepared it (a ``requests.PreparedRequest``).
+        host: ``scheme://host:port``, as the events name it.
+        reason: the final ``http.try`` event's reason: ``breaker_open``, ``throttled``,
+            ``concurrency_limit``, ``deadline_spent``, ``deadline``, ``budget_exhausted``,
+            ``max_attempts``, ``retry_after_too_long``, ``not_idempotent``,
+            ``body_not_replayable``, ``not_retryable`` or ``response_too_large``.
+        response: the last answer from the network (a 5xx, 408 or overload status), or None.
+        error: the exception the call would raise, or None when it would return *response*.
+    """
+
+    request: Any
+    host: str
+    reason: str
+    response: Any
+    error: BaseException | None
 
 
 # One private attribute on the response object, whatever its library: requests' Response and

@@ -40,6 +40,9 @@ class Runtime:
     # Whether any host or route of the config has a deadline.default: a session's call opens a
     # span, so the default runs from the call's start across its redirect hops.
     default_deadline: bool = False
+    # Whether any host or route of the config keeps answers to serve stale (fallback.stale):
+    # the call chain gets the fallback stage for it even without a fallback= callable.
+    stale: bool = False
 
 
 def runtime_for(
@@ -52,4 +55,7 @@ def runtime_for(
     policies = list(config.policies())
     hedging = any(policy.hedging.enabled for policy in policies)
     default_deadline = any(policy.deadline.default is not None for policy in policies)
-    return Runtime(clock, rng, names, kept, senders, StateReport(kept), hedging, default_deadline)
+    stale = any(policy.fallback.stale.enabled for policy in policies)
+    return Runtime(
+        clock, rng, names, kept, senders, StateReport(kept), hedging, default_deadline, stale
+    )

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from http.client import responses
 from typing import Any
 
 import requests
 from requests.cookies import RequestsCookieJar
 from requests.structures import CaseInsensitiveDict
+from requests.utils import get_encoding_from_headers
 
-from resilient_session._compat import header_store, headers_of, request_cookies
+from resilient_session._compat import header_store, headers_of, keep_content, request_cookies
 from resilient_session._observe.redact import redact_text
 from resilient_session._pipeline.reason import Reason
+from resilient_session._state.fallback import FallbackInfo
+from resilient_session._state.fallback import mark as mark_fallback
 from resilient_session._state.runtime import Runtime
+from resilient_session._state.stale import StaleHit
 from resilient_session._state.try_table import ErrorKind
 from resilient_session.errors import DeadlineExceeded
 
@@ -196,6 +201,40 @@ class RequestsWire:
         retry.headers.pop("Cookie", None)
         retry.prepare_cookies(jar)
         return retry
+
+    # -- fallback: what a call's answer holds, an answer made from a stored one, the mark ----
+
+    def is_answer(self, value: object) -> bool:
+        """A ``requests.Response`` (or a subclass)."""
+        return isinstance(value, requests.Response)
+
+    def body(self, answer: Any) -> bytes:
+        """``answer.content``: read already, as the caller does not stream."""
+        content: bytes | None = answer.content
+        return content if content is not None else b""
+
+    def stored_answer(self, request: Any, hit: StaleHit) -> requests.Response:
+        """A ``requests.Response`` as ``HTTPAdapter.build_response`` makes one, its body in
+        hand (``_content``), so it reads as any answer read whole does."""
+        stored = hit.answer
+        response = requests.Response()
+        response.status_code = stored.status
+        headers = CaseInsensitiveDict(hit.served_headers())
+        # The body was kept as the caller read it, decoded: the copy says what it holds.
+        headers.pop("Content-Encoding", None)
+        if "Content-Length" in headers:
+            headers["Content-Length"] = str(len(stored.body))
+        response.headers = headers
+        keep_content(response, stored.body)
+        response.raw = None
+        response.reason = responses.get(stored.status, "")
+        response.url = request.url or ""
+        response.request = request
+        response.encoding = get_encoding_from_headers(response.headers)
+        return response
+
+    def mark(self, answer: Any, info: FallbackInfo) -> None:
+        mark_fallback(answer, info)
 
 
 REQUESTS_WIRE = RequestsWire()

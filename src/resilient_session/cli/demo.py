@@ -21,6 +21,7 @@ import structlog
 
 from resilient_session._observe.render import json_processors
 from resilient_session._pipeline.attempt import Verdict
+from resilient_session._state.fallback import fallback_of
 from resilient_session.clock import SYSTEM_CLOCK
 from resilient_session.inbound import WSGIMiddleware
 from resilient_session.session import ResilientSession
@@ -109,6 +110,9 @@ class _Stage:
         try:
             response = session.request(method, self.upstream.url(path), **kwargs)
             result = f"{response.status_code} {response.reason}"
+            served = fallback_of(response)
+            if served is not None:
+                result += f" ({served.source.value}, {served.reason})"
         except requests.RequestException as exc:
             result = type(exc).__name__
         elapsed = SYSTEM_CLOCK.monotonic() - started
@@ -384,6 +388,32 @@ def _through_b(stage: _Stage, wrapped: bool) -> tuple[CallResult, CallResult]:
     return a_row, b_row
 
 
+# Short: the scene shows the recovery, not the wait for it.
+_STALE_RECOVERY: Final = 0.2
+
+
+def _stale_while_down(stage: _Stage) -> tuple[list[CallResult], str]:
+    stage.upstream.script(
+        "/prices", Reply(200, body=b"1.08"), Reply(503), Reply(503), Reply(200, body=b"1.09")
+    )
+    with stage.session(
+        retry={"max_attempts": 1},
+        breaker={"failure_threshold": 2, "recovery_timeout": _STALE_RECOVERY},
+        fallback={"stale": {"enabled": True}},
+    ) as session:
+        fresh = stage.call(session, "GET", "/prices", "GET /prices, host up")
+        down = [stage.call(session, "GET", "/prices") for _ in range(3)]
+        SYSTEM_CLOCK.sleep(_STALE_RECOVERY + 0.05)
+        back = stage.call(session, "GET", "/prices", f"GET /prices, {_STALE_RECOVERY} s later")
+        served = session.health()[stage.upstream.base_url].stale_served
+    hits = stage.upstream.hits("/prices")
+    return [fresh, _summed("3x GET /prices, host down", down), back], (
+        f"the host goes down: {served} calls answered with its last good answer, marked "
+        f"(fallback_of), the last while the breaker is open; then it recovers (upstream saw "
+        f"{hits} requests for 5 calls)"
+    )
+
+
 _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]], ...]] = (
     ("503 retried to success", _overload_retried),
     ("429 Retry-After honoured", _retry_after_honoured),
@@ -397,6 +427,7 @@ _SCENES: Final[tuple[tuple[str, Callable[[_Stage], tuple[list[CallResult], str]]
     ("heavy brownout throttled", _brownout_throttled),
     ("hang held by the limit", _hang_held),
     ("two hops: one layer retries", _two_hops),
+    ("host down: stale answers stand in", _stale_while_down),
 )
 
 

@@ -123,6 +123,21 @@ _SETTINGS: contextvars.ContextVar[Overrides | None] = contextvars.ContextVar(
 current_overrides: Callable[[], Overrides | None] = _SETTINGS.get
 
 
+def enter_call(data: Any) -> contextvars.Token[Overrides | None]:
+    """Put a call's own ``resilience=`` *data* in force, over any ``settings()`` block, until
+    ``leave(token)``.
+
+    Raises:
+        ConfigError: as :func:`overrides_from`, before anything is sent.
+    """
+    own = overrides_from(data, CALL_ORIGIN)
+    outer = _SETTINGS.get()
+    return _SETTINGS.set(outer if own is None else own.over(outer))
+
+
+leave: Callable[[contextvars.Token[Overrides | None]], None] = _SETTINGS.reset
+
+
 @contextmanager
 def settings(**sections: Any) -> Iterator[Overrides | None]:
     """Per-call settings for every call made inside the block.

@@ -176,7 +176,11 @@ class ScriptedTransport:
         if session._clock is not self._clock:
             raise ValueError("attach to a session made with this transport's clock")
         adapter = _ScriptedAdapter(
-            self, registry=session.registry, clock=self._clock, rng=session._rng
+            self,
+            registry=session.registry,
+            clock=self._clock,
+            rng=session._rng,
+            fallback=session._fallback,
         )
         for prefix in prefixes:
             session.mount(prefix, adapter)

@@ -34,6 +34,8 @@ def test_a_call_holds_every_value_under_its_name(clock):
         "request": request,
         "method": "PUT",
         "state": registry.for_url("http://svc.test:8080/"),
+        "policy": registry.for_url("http://svc.test:8080/").policy,
+        "table": registry.for_url("http://svc.test:8080/").table,
         "runtime": registry.runtime,
         "wire": REQUESTS_WIRE,
         "stream": True,
@@ -60,3 +62,25 @@ def test_idempotent_and_replayable_are_told_apart(clock):
     )
     assert (first.idempotent, first.replayable, first.timeout) == (True, False, (5.0, 30.0))
     assert (second.idempotent, second.replayable) == (False, True)
+
+
+def test_a_call_under_settings_runs_on_the_policy_with_them_over_the_hosts(clock):
+    """settings() reach start_call: the call's policy, table of statuses and default timeout
+    are the host's with the settings over them; the host's state is the same object."""
+    from resilient_session.config.per_call import settings
+
+    registry = HostRegistry(Config(), clock=clock)
+    request = requests.Request("GET", "http://svc.test/").prepare()
+    plain = start_call(request, registry, REQUESTS_WIRE)
+    with settings(retry={"max_attempts": 1, "transient_statuses": [500]}, timeout={"read": 2}):
+        tuned = start_call(request, registry, REQUESTS_WIRE)
+        again = start_call(request, registry, REQUESTS_WIRE)
+    assert tuned.state is plain.state
+    assert plain.policy is plain.state.policy
+    assert (tuned.policy.retry.max_attempts, plain.policy.retry.max_attempts) == (1, 4)
+    assert tuned.timeout == (5.0, 2.0)
+    assert plain.timeout == (5.0, 30.0)
+    assert tuned.table.of(502, None, False).tier.value == "never"
+    assert plain.table.of(502, None, False).tier.value != "never"
+    assert again.policy is tuned.policy
+    assert again.table is tuned.table

@@ -87,7 +87,7 @@ def test_the_adapter_runs_a_call_through_its_call_stages(clock, monkeypatch):
     trail: list[str] = []
     seen: list[Call] = []
     monkeypatch.setattr(
-        chains, "call_stages", lambda transport, runtime: [recorder("s", trail, seen)]
+        chains, "call_stages", lambda transport, runtime, *_: [recorder("s", trail, seen)]
     )
     session = ResilientSession(clock=clock)
     transport = ScriptedTransport(clock, BUSY, 200)

@@ -49,10 +49,11 @@ class HedgeCalls:
         hedge = call.state.hedge
         if (
             hedge is None
+            or not call.policy.hedging.enabled  # switched off for this call (resilience=)
             or call.stream
             or not call.idempotent
             or not call.replayable
-            or call.state.policy.retry.max_attempts < 2
+            or call.policy.retry.max_attempts < 2
             or caller_retries()
         ):
             return run(call)

@@ -154,7 +154,7 @@ class Race:
             )
         if (
             outcome.decision.verdict is _RETRY
-            and self.launched >= self.call.state.policy.retry.max_attempts
+            and self.launched >= self.call.policy.retry.max_attempts
         ):
             self.call.state.bucket.refund()
             return outcome.with_decision(_MAX_ATTEMPTS)
@@ -180,7 +180,7 @@ class Race:
         arrival.py``), a try number is left, the deadline has not passed and the budget pays a
         token; when to look again, if ever."""
         call = self.call
-        policy = call.state.policy
+        policy = call.policy
         most = min(policy.retry.max_attempts, policy.hedging.max_extra + 1)
         with self._lock:
             number = self.launched + 1

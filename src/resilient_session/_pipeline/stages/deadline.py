@@ -18,7 +18,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
     call = attempt.call
     deadline_at = call.deadline_at
     if deadline_at is None:
-        attempt_header = call.state.policy.deadline.attempt_header
+        attempt_header = call.policy.deadline.attempt_header
         if attempt_header is None:
             return call_next(attempt)
         request = attempt.request
@@ -38,7 +38,7 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
     wire = call.wire
     timeout, connect_cut, read_cut = wire.clamped(attempt.timeout, remaining)
     request = attempt.request
-    names = call.state.policy.deadline
+    names = call.policy.deadline
     if names.header is not None or names.attempt_header is not None:
         values: list[tuple[str, str]] = []
         if names.header is not None:
@@ -75,7 +75,7 @@ def attempt_value(attempt: Attempt) -> str:
     """
     call = attempt.call
     number = attempt.number
-    most = call.state.policy.retry.max_attempts if call.idempotent and call.replayable else number
+    most = call.policy.retry.max_attempts if call.idempotent and call.replayable else number
     # Below its most, a try says so whatever the caller intends: the contextvar is read only
     # for a last try (~600 instructions on every other).
     if most <= number and caller_retries():

@@ -57,7 +57,7 @@ def decide(attempt: Attempt, outcome: Outcome) -> Decision:
     if outcome.refused is not None:
         return Decision(Verdict.FAIL_FAST, outcome.refused)
     call = attempt.call
-    policy = call.state.policy.retry
+    policy = call.policy.retry
     error = outcome.error
     kind = None if error is None else call.wire.error_kind(error)
     tier = meaning_of(outcome, call).tier
