@@ -115,6 +115,7 @@ class Call:
         "state",
         "stream",
         "timeout",
+        "url",
         "verify",
         "wire",
     )
@@ -122,6 +123,8 @@ class Call:
     # The transport's request, as the call was given it (a ``requests.PreparedRequest`` on the
     # requests wire): the wire's to copy and send, the stages' only to hand back to it.
     request: Any
+    # The request's URL as text, as the events and hooks name it (redacted).
+    url: str
     method: str
     state: HostState
     # The registry's clock, random source and redacted names: what the stages run on.
