@@ -128,6 +128,28 @@ class RaceCheck:
         return 0.0
 
 
+class ScopeBound:
+    """An async try's bound: a cancel scope ending it *remaining* seconds from now, wherever
+    it waits (connecting, in the pool, mid-body), under asyncio or trio alike."""
+
+    __slots__ = ("_scope", "fired")
+
+    def __init__(self, remaining: float) -> None:
+        import anyio  # only async calls load it
+
+        self._scope = anyio.CancelScope(deadline=anyio.current_time() + remaining)
+        self.fired = False
+
+    def __enter__(self) -> ScopeBound:
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        swallowed = bool(self._scope.__exit__(*exc_info))
+        self.fired = self._scope.cancelled_caught
+        return swallowed
+
+
 class HttpxWire:
     """The wire of ``resilient_session.httpx.ResilientTransport``: one, stateless, shared."""
 
@@ -185,6 +207,10 @@ class HttpxWire:
         """The clamped timeouts and a check after (``CheckedBound``); *body* changes nothing:
         a body read inside the try is checked between chunks wherever it is read."""
         return CheckedBound(remaining)
+
+    def abounded(self, remaining: float) -> ScopeBound:
+        """A cancel scope around an async try (``ScopeBound``)."""
+        return ScopeBound(remaining)
 
     def raced(self) -> RaceCheck:
         """A bound for a raced try inside the deadline stage's, if any (``RaceCheck``)."""

@@ -12,6 +12,7 @@ from typing import Any, cast
 import httpx
 
 from resilient_session._observe.hooks import TryHook
+from resilient_session._pipeline.aio import AsyncNext, aresume, async_chain
 from resilient_session._pipeline.attempt import (
     UNDECIDED,
     Attempt,
@@ -34,6 +35,15 @@ from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config, load
 
 _new_tuple = tuple.__new__
+
+
+def _shielded() -> Any:
+    """A scope no cancellation reaches, for the cleanup a cancelled try still owes."""
+    import anyio
+
+    return anyio.CancelScope(shield=True)
+
+
 _RETRY = Verdict.RETRY
 
 # Set by ResilientClient and AsyncResilientClient around a non-streamed send: the body is then
@@ -92,7 +102,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         runtime = registry.runtime
         self._chain: Next = standard_chain(self._send, runtime)
         self._calls: Run | None = call_chain(self._chain, self._send, runtime)
-        self._async: Any = None  # the async chains, built on the first async call
+        self._async: AsyncNext | None = None  # the async chain, built on the first async call
 
     @property
     def registry(self) -> HostRegistry:
@@ -173,6 +183,72 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         if response.status_code < 400:
             return answered(response)  # hot path: answered
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
+
+    # -- async -------------------------------------------------------------------------------
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """``handle_request`` for ``httpx.AsyncClient``: the same stages and per-host state,
+        each awaited, every wait on the clock without blocking the loop."""
+        chain = self._async
+        if chain is None:
+            chain = self._async = async_chain(self._asend, self._registry.runtime)
+        call = self.start(request)
+        first = first_attempt(call)
+        outcome = await chain(first)
+        if outcome.decision.verdict is _RETRY:
+            outcome = await aresume(chain, first, outcome)
+        response: httpx.Response | None = outcome.response  # type: ignore[assignment]
+        if response is not None and outcome.error is None and outcome.fallback is None:
+            return response
+        return cast(httpx.Response, outcome.unwrap())
+
+    def _async_inner_transport(self) -> httpx.AsyncBaseTransport:
+        inner = self._async_inner
+        if inner is None:
+            inner = self._async_inner = httpx.AsyncHTTPTransport(retries=0)
+        return inner
+
+    async def _asend(self, attempt: Attempt) -> Outcome:
+        """``_send``, awaited on the inner async transport."""
+        call = attempt.call
+        sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        try:
+            response = await self._async_inner_transport().handle_async_request(sent)
+        except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
+            return Outcome(error=exc)
+        response.request = sent
+        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
+        if rules is not None:
+            over = rules.declared_over()
+            if over is not None:
+                await response.aclose()
+                return Outcome(response, over)
+        if not call.stream:
+            try:
+                await response.aread()
+            except ResponseTooLarge as exc:
+                await response.aclose()
+                return Outcome(response, exc)
+            except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
+                await response.aclose()
+                return Outcome(error=exc)
+            except BaseException:
+                # Cancelled mid-body: the connection goes, never back to the pool half read.
+                with _shielded():
+                    await response.aclose()
+                raise
+            unbound_deadline(response)
+        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        if response.status_code < 400:
+            return answered(response)  # hot path: answered
+        return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
+
+    async def aclose(self) -> None:
+        """Close the inner async transport if made here, and a registry made here."""
+        if self._own_async_inner and self._async_inner is not None:
+            await self._async_inner.aclose()
+        if self._own_registry is not None:
+            await self._own_registry.aclose()
 
     def close(self) -> None:
         """Close the inner sync transport if made here, and a registry made here."""
