@@ -26,6 +26,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "resilient_session._verbs",
         "resilient_session._adopted_adapters",
         "resilient_session._api",
+        # httpx's clients and transport, beside the session they share a registry with.
+        "resilient_session.httpx",
     ),
     ("resilient_session.adapter",),
     # A transport implements the port the decisions define (_pipeline/wire.py): it sits

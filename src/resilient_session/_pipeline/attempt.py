@@ -119,6 +119,7 @@ class Call:
         "stream",
         "table",
         "timeout",
+        "url",
         "verify",
         "wire",
     )
@@ -126,6 +127,8 @@ class Call:
     # The transport's request, as the call was given it (a ``requests.PreparedRequest`` on the
     # requests wire): the wire's to copy and send, the stages' only to hand back to it.
     request: Any
+    # The request's URL as text, as the events and hooks name it (redacted).
+    url: str
     method: str
     state: HostState
     # The policy the call runs on: the host's, or with the call's own settings over it

@@ -26,6 +26,9 @@ _REPLAYABLE_BODIES = (str, bytes, bytearray, memoryview)
 
 _new_object = object.__new__
 
+# What ``start_call``'s *body* is when not given: the request's own ``body``.
+_ON_REQUEST: Any = object()
+
 
 def start_call(
     request: Any,
@@ -36,16 +39,23 @@ def start_call(
     verify: bool | str = True,
     cert: Any = None,
     proxies: Mapping[str, str] | None = None,
+    *,
+    url: str | None = None,
+    body: Any = _ON_REQUEST,
 ) -> Call:
     """The values one ``send`` keeps across its tries: host state, the registry's runtime,
     the *wire* the tries go out on, deadline, replay safety.
 
-    *request* is the wire's: its ``url``, ``method``, ``headers`` (any mapping; the wire's
-    decides how a header name is matched) and ``body`` are read.
+    *request* is the wire's: its ``method`` and ``headers`` (any mapping; the wire's decides
+    how a header name is matched) are read, and its ``url`` and ``body`` unless given: *url*
+    as text, and *body* as the bytes (or the stream) it sends, for a request that holds them
+    elsewhere (httpx's: a ``URL`` object, and a ``stream``).
     """
     runtime = registry.runtime
     now = runtime.clock.monotonic()
-    state = registry.for_url(request.url or "")
+    if url is None:
+        url = request.url or ""
+    state = registry.for_url(url)
     # Read once a call: a contextvar's get, and on a call without settings of its own nothing
     # more (the per-call view is looked up only under them).
     overrides = current_overrides()
@@ -82,6 +92,7 @@ def start_call(
     # Made field by field, without a constructor's frame: this runs once per call.
     call = _new_object(Call)
     call.request = request
+    call.url = url
     call.method = method
     call.state = state
     call.policy = policy
@@ -96,7 +107,8 @@ def start_call(
     call.deadline_at = deadline_at
     call.started_at = now
     call.idempotent = idempotent
-    body = request.body
+    if body is _ON_REQUEST:
+        body = request.body
     call.replayable = body is None or isinstance(body, _REPLAYABLE_BODIES) or _rereadable(body)
     return call
 

@@ -32,6 +32,7 @@ def test_a_call_holds_every_value_under_its_name(clock):
         )
     assert {name: getattr(call, name) for name in Call.__slots__} == {
         "request": request,
+        "url": "http://svc.test:8080/x",
         "method": "PUT",
         "state": registry.for_url("http://svc.test:8080/"),
         "policy": registry.for_url("http://svc.test:8080/").policy,

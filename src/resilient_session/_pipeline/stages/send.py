@@ -17,7 +17,7 @@ def tell_senders(attempt: Attempt, call_next: Next, /) -> Outcome:
     state = call.state
     sending = TrySending(
         call.method,
-        redact_url(call.request.url or "", runtime.redact),
+        redact_url(call.url, runtime.redact),
         state.host,
         attempt.number,
         state.route,

@@ -30,7 +30,7 @@ def try_record(
         TryRecord,
         (
             call.method,
-            redact_url(call.request.url or "", names),
+            redact_url(call.url, names),
             call.state.host,
             call.state.route,
             attempt.number,

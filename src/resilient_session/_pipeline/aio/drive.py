@@ -1,0 +1,52 @@
+"""The async per-try chain: its composition, and the one awaited loop over a call's tries."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeAlias
+
+from resilient_session._pipeline.attempt import Attempt, Outcome, Verdict
+
+AsyncNext: TypeAlias = Callable[[Attempt], Awaitable[Outcome]]
+
+_RETRY = Verdict.RETRY
+
+
+class AsyncTryStage(Protocol):
+    """One async stage of the per-try chain."""
+
+    def __call__(self, attempt: Attempt, call_next: AsyncNext, /) -> Awaitable[Outcome]: ...
+
+
+def acompose(stages: Sequence[AsyncTryStage], transport: AsyncNext) -> AsyncNext:
+    """Chain *stages* around *transport*; the first one is the outermost."""
+    handler = transport
+    for stage in reversed(stages):
+        handler = _link(stage, handler)
+    return handler
+
+
+def _link(stage: AsyncTryStage, call_next: AsyncNext) -> AsyncNext:
+    # One scope per link, so each closure keeps its own call_next.
+    return lambda attempt: stage(attempt, call_next)
+
+
+async def aresume(handler: AsyncNext, attempt: Attempt, outcome: Outcome) -> Outcome:
+    """``drive.resume``, awaited: tries after *attempt* until a decision is final, each wait
+    on the call's clock without blocking the loop.
+
+    A task cancelled during a wait gives back the token its retry took from the budget: the
+    retry it was for will not be sent.
+    """
+    while True:
+        decision = outcome.decision
+        if decision.verdict is not _RETRY:
+            return outcome
+        if decision.wait > 0:
+            try:
+                await attempt.call.runtime.clock.asleep(decision.wait)
+            except BaseException:
+                attempt.call.state.bucket.refund()
+                raise
+        attempt = attempt.next(outcome)
+        outcome = await handler(attempt)

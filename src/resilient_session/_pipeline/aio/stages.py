@@ -1,0 +1,267 @@
+"""The async twins of the try stages, in the same order and slots: each awaits the stages
+inside it where its sync twin calls them, and decides with the same functions."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, cast
+
+import structlog
+
+from resilient_session._observe.events import logger_for
+from resilient_session._pipeline.attempt import (
+    ANSWERED,
+    Attempt,
+    Decision,
+    Outcome,
+    Reason,
+    Verdict,
+)
+from resilient_session._pipeline.classify import meaning_of
+from resilient_session._pipeline.refusal import refuse
+from resilient_session._pipeline.stages.breaker import report, reset_throttle, try_result
+from resilient_session._pipeline.stages.deadline import attempt_value
+from resilient_session._pipeline.stages.decide import decide
+from resilient_session._pipeline.stages.limit import _signal as limit_signal
+from resilient_session._pipeline.stages.try_record import try_record
+from resilient_session._pipeline.wire import ErrorKind
+from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.limit import Signal
+
+from .drive import AsyncNext, AsyncTryStage, acompose
+
+if TYPE_CHECKING:
+    from resilient_session._state.runtime import Runtime
+
+    from .wire import AsyncWire
+
+_INFO = logging.INFO
+_RETRY = Verdict.RETRY
+_CLOSED = BreakerState.CLOSED
+_BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
+_DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
+
+
+def _happy(outcome: Outcome) -> bool:
+    # hot path: happy (_pipeline/happy.py)
+    response = outcome.response
+    return response is not None and response.status_code < 400 and outcome.error is None
+
+
+async def emit_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.events.emit_events_and_tell``, awaited: one ``http.try`` event per try, and
+    every hook told the same record."""
+    runtime = attempt.call.runtime
+    clock = runtime.clock
+    started = clock.monotonic()
+    outcome = await call_next(attempt)
+    if not runtime.hooks and not structlog.is_configured():
+        return outcome
+    record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact)
+    logger = logger_for(_INFO)
+    if logger is not None:
+        logger.info("http.try", **record.event_fields())
+    for hook in runtime.hooks:
+        hook.on_try(record)
+    return outcome
+
+
+async def spend_budget(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.budget.spend_budget``, awaited, its answer released by awaiting."""
+    bucket = attempt.call.state.bucket
+    if attempt.number == 1:
+        bucket.deposit()
+    outcome = await call_next(attempt)
+    if outcome.decision.verdict is not _RETRY:
+        return outcome
+    if not bucket.try_withdraw():
+        return outcome.with_decision(_BUDGET_EXHAUSTED)
+    answer = outcome.response
+    if answer is not None:
+        call = attempt.call
+        wire = cast("AsyncWire", call.wire)
+        try:
+            cut = await wire.arelease(answer, call.deadline_at, call.runtime)
+        except BaseException:
+            bucket.refund()  # cancelled while releasing: the retry will not be sent
+            raise
+        if cut is not None:
+            bucket.refund()
+            return Outcome(answer, cut, _DEADLINE, breaker=outcome.breaker)
+    return outcome
+
+
+async def decide_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.decide.decide_tries``, awaited."""
+    outcome = await call_next(attempt)
+    if _happy(outcome):
+        return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
+    decision = decide(attempt, outcome)
+    error = outcome.error
+    if (
+        decision.verdict is not _RETRY
+        and attempt.last_real is not None
+        and error is not None
+        and attempt.call.wire.error_kind(error) is ErrorKind.CONNECT
+    ):
+        return outcome._replace(decision=decision, fallback=attempt.last_real)
+    return outcome.with_decision(decision)
+
+
+async def guard_with_breaker(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.breaker.guard_with_breaker``, awaited; the fleet's word heeded by awaiting."""
+    breaker = attempt.call.state.breaker
+    aheed = breaker.aheed
+    if aheed is not None:
+        await aheed()
+    permit, opened_to_probe = breaker.closed_admission or breaker.allow()
+    if opened_to_probe is not None:
+        report(attempt, opened_to_probe)
+    if permit is None:
+        return refuse(
+            attempt,
+            Reason.BREAKER_OPEN,
+            f"circuit breaker for {breaker.host}"
+            f"{'' if breaker.route is None else f' (route {breaker.route})'} is open; "
+            "the call was not sent",
+        ).with_breaker(BreakerState.OPEN)
+    try:
+        outcome = await call_next(attempt)
+    except BaseException:
+        # A cancelled try gives back its probe: recorded as saying nothing of the host.
+        breaker.record(permit, TryResult.NEUTRAL)
+        raise
+    refused = outcome.refused
+    result = TryResult.SUCCESS if _happy(outcome) else try_result(attempt, outcome)
+    state, transition = breaker.record(
+        permit, result, refused is None, refused is Reason.DEADLINE_SPENT
+    )
+    if transition is not None:
+        if transition.to_state is _CLOSED:
+            reset_throttle(attempt)
+        report(attempt, transition)
+    return outcome if outcome.breaker is state else outcome.with_breaker(state)
+
+
+async def throttle_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.throttle.throttle_tries``, awaited."""
+    state = attempt.call.state
+    throttle = state.throttle
+    if throttle is None:
+        return await call_next(attempt)
+    if throttle.may_refuse and state.breaker.closed_admission is not None:
+        probability = throttle.ask()
+        if probability is not None:
+            return refuse(
+                attempt,
+                Reason.THROTTLED,
+                f"adaptive throttle for {state.key} refused the try (refusal chance "
+                f"{probability:.1%}: the host failed most recent tries); it was not sent",
+            )
+    outcome = await call_next(attempt)
+    if _happy(outcome):
+        throttle.accepted(attempt.call.started_at)
+        return outcome
+    accepted = meaning_of(outcome, attempt.call).accepted
+    if accepted is not None:
+        throttle.record(accepted)
+    return outcome
+
+
+async def limit_concurrency(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.limit.limit_concurrency``, a slot awaited (``aacquire``) and given back
+    whatever ends the try, a cancellation included."""
+    call = attempt.call
+    limit = call.state.limit
+    if limit is None:
+        return await call_next(attempt)
+    deadline_at = call.deadline_at
+    if not await limit.aacquire(deadline_at):
+        return refuse(
+            attempt,
+            Reason.CONCURRENCY_LIMIT,
+            f"concurrency limit for {limit.host} is full ({limit.limit} tries in flight) "
+            "and no slot freed in time; the try was not sent",
+        )
+    started = call.runtime.clock.monotonic() if deadline_at is not None else 0.0
+    signal = Signal.IGNORE  # what a try that raised or was cancelled gives back: its slot
+    try:
+        outcome = await call_next(attempt)
+        signal = Signal.SUCCESS if _happy(outcome) else limit_signal(attempt, outcome, started)
+    finally:
+        limit.release(signal)
+    return outcome
+
+
+async def enforce_deadline(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.deadline.enforce_deadline``, the try bounded by a cancel scope
+    (``AsyncWire.abounded``) where the sync one is bounded by its clamped timeouts."""
+    call = attempt.call
+    deadline_at = call.deadline_at
+    wire = cast("AsyncWire", call.wire)
+    if deadline_at is None:
+        attempt_header = call.policy.deadline.attempt_header
+        if attempt_header is None:
+            return await call_next(attempt)
+        sent = wire.with_headers(
+            attempt.request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
+        )
+        return await call_next(attempt.sending(sent, attempt.timeout))
+    remaining = deadline_at - call.runtime.clock.monotonic()
+    if remaining <= 0:
+        return refuse(
+            attempt,
+            Reason.DEADLINE_SPENT,
+            f"deadline for {call.method} {call.state.key} spent before try {attempt.number}",
+        )
+    timeout, connect_cut, read_cut = wire.clamped(attempt.timeout, remaining)
+    request = attempt.request
+    names = call.policy.deadline
+    values: list[tuple[str, str]] = []
+    if names.header is not None:
+        values.append((names.header, str(int(remaining * 1000))))
+    if names.attempt_header is not None:
+        values.append((names.attempt_header, attempt_value(attempt)))
+    if values:
+        request = wire.with_headers(request, values, attempt.number == 1)
+    message = f"deadline for {call.method} {call.state.key} ran out during try {attempt.number}"
+    outcome = None
+    with wire.abounded(remaining) as bound:
+        outcome = await call_next(attempt.sending(request, timeout))
+    if outcome is None:  # the scope cancelled the try: nothing came back
+        return Outcome(error=wire.refusal(Reason.DEADLINE, message, attempt.request))
+    if bound.fired or outcome.error is not None:
+        exceeded = wire.deadline_error(
+            bound.fired,
+            outcome.error,
+            outcome.response,
+            (connect_cut, read_cut),
+            message,
+            attempt.request,
+            call.runtime.redact,
+        )
+        if exceeded is not None:
+            return Outcome(error=exceeded)
+    return outcome
+
+
+def async_stages(*, hooks: bool = False, senders: bool = False) -> list[AsyncTryStage]:
+    """The async stages, outermost first, as ``standard_slots`` orders the sync ones. A send
+    hook's headers (*senders*) are not yet added to async tries."""
+    return [
+        emit_events,
+        spend_budget,
+        decide_tries,
+        guard_with_breaker,
+        throttle_tries,
+        limit_concurrency,
+        enforce_deadline,
+    ]
+
+
+def async_chain(transport: AsyncNext, runtime: Runtime) -> AsyncNext:
+    """The async stages, in the sync chain's order (``stages/__init__.py``), awaited around
+    *transport*."""
+    return acompose(
+        async_stages(hooks=bool(runtime.hooks), senders=bool(runtime.senders)), transport
+    )

@@ -1,0 +1,258 @@
+"""ResilientTransport: one httpx transport, sync and async, whose every request runs the tries
+of one call through the same stages as ``ResilientAdapter.send``."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+import httpx
+
+from resilient_session._observe.hooks import TryHook
+from resilient_session._pipeline.aio import AsyncNext, aresume, async_chain
+from resilient_session._pipeline.attempt import (
+    UNDECIDED,
+    Attempt,
+    Call,
+    Outcome,
+    Verdict,
+    first_attempt,
+)
+from resilient_session._pipeline.call import start_call
+from resilient_session._pipeline.call_stage import Run
+from resilient_session._pipeline.chains import call_chain
+from resilient_session._pipeline.drive import Next, resume
+from resilient_session._pipeline.happy import answered
+from resilient_session._pipeline.stages import standard_chain
+from resilient_session._state.registry import HostRegistry
+from resilient_session._transport.httpx_body import checked, unbound_deadline
+from resilient_session._transport.httpx_errors import ResponseTooLarge
+from resilient_session._transport.httpx_wire import HTTPX_WIRE, extension_timeout, with_timeout
+from resilient_session.clock import SYSTEM_CLOCK, Clock
+from resilient_session.config import Config, load
+
+_new_tuple = tuple.__new__
+
+
+def _shielded() -> Any:
+    """A scope no cancellation reaches, for the cleanup a cancelled try still owes."""
+    import anyio
+
+    return anyio.CancelScope(shield=True)
+
+
+_RETRY = Verdict.RETRY
+
+# Set by ResilientClient and AsyncResilientClient around a non-streamed send: the body is then
+# read inside each try. A bare transport returns at the headers, as httpx's own do.
+READ_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "resilient_session_httpx_read_body", default=False
+)
+
+
+class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """An httpx transport that retries, bounds time and guards each host, for
+    ``httpx.Client`` and ``httpx.AsyncClient`` alike.
+
+    Each try goes out through the inner transport (by default httpx's own with
+    ``retries=0``, made on first use), so respx and pytest-httpx see every try, and httpx
+    never retries beneath. Client options that configure a transport (``verify``, ``http2``,
+    ``limits``) do not reach one handed to a client: give them to the inner transport.
+
+    Args:
+        config: as for :func:`resilient_session.config.load`; ignored when *registry* is given.
+        registry: per-host state to share, with a ``ResilientSession`` for example: one
+            breaker, budget, throttle and limit per host for both.
+        transport: the inner sync transport; closed by :meth:`close` only when made here.
+        async_transport: the inner async transport; closed by :meth:`aclose` only when made
+            here.
+        clock: the source of time; a *registry* handed in brings its own.
+        rng: the source of jitter; a *registry* handed in brings its own.
+        fallback: not supported yet; None.
+        try_hooks: told of every try; a *registry* handed in brings its own.
+    """
+
+    def __init__(
+        self,
+        config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        *,
+        registry: HostRegistry | None = None,
+        transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        fallback: Any = None,
+        try_hooks: Iterable[TryHook] = (),
+    ) -> None:
+        if fallback is not None:
+            raise NotImplementedError("ResilientTransport(fallback=...) is not supported yet")
+        self._own_registry: HostRegistry | None = None
+        if registry is None:
+            registry = HostRegistry(load(config), clock=clock, rng=rng, try_hooks=try_hooks)
+            self._own_registry = registry
+        self._registry = registry
+        self._inner = transport
+        # What is made here is closed here; ResilientClient hands over what it made too.
+        self._own_inner = transport is None
+        self._async_inner = async_transport
+        self._own_async_inner = async_transport is None
+        runtime = registry.runtime
+        self._chain: Next = standard_chain(self._send, runtime)
+        self._calls: Run | None = call_chain(self._chain, self._send, runtime)
+        self._async: AsyncNext | None = None  # the async chain, built on the first async call
+
+    @property
+    def registry(self) -> HostRegistry:
+        return self._registry
+
+    # -- sync --------------------------------------------------------------------------------
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send *request*, retrying as the host's policy allows; returns or raises as the
+        inner transport would for the last real try."""
+        call = self.start(request)
+        calls = self._calls
+        if calls is None:
+            first = first_attempt(call)
+            outcome = self._chain(first)
+            if outcome.decision.verdict is _RETRY:
+                outcome = resume(self._chain, first, outcome)
+        else:
+            outcome = calls(call)
+        response: httpx.Response | None = outcome.response  # type: ignore[assignment]
+        if response is not None and outcome.error is None and outcome.fallback is None:
+            return response
+        return cast(httpx.Response, outcome.unwrap())
+
+    def start(self, request: httpx.Request) -> Call:
+        """The call *request* starts: its timeouts the extension's (httpx's client always sets
+        one; none, or every part None, is the host's default), its body read inside the try
+        when a resilient client asked for it."""
+        timeout: Any = request.extensions.get("timeout")
+        if timeout is not None and not any(value is not None for value in timeout.values()):
+            timeout = None
+        try:
+            body: Any = request.content
+        except httpx.RequestNotRead:
+            body = request.stream  # a generator or a file: read once, so sent once
+        return start_call(
+            request,
+            self._registry,
+            HTTPX_WIRE,
+            stream=not READ_BODY.get(),
+            timeout=timeout,
+            url=str(request.url),
+            body=body,
+        )
+
+    def _inner_transport(self) -> httpx.BaseTransport:
+        inner = self._inner
+        if inner is None:
+            inner = self._inner = httpx.HTTPTransport(retries=0)
+        return inner
+
+    def _send(self, attempt: Attempt) -> Outcome:
+        """One real try on the inner transport, plus the body when the call reads it."""
+        call = attempt.call
+        sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        try:
+            response = self._inner_transport().handle_request(sent)
+        except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
+            return Outcome(error=exc)
+        response.request = sent  # what the cookie rules of a retried answer read
+        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
+        if rules is not None:
+            over = rules.declared_over()
+            if over is not None:
+                response.close()
+                return Outcome(response, over)
+        if not call.stream:
+            try:
+                response.read()
+            except ResponseTooLarge as exc:
+                response.close()
+                return Outcome(response, exc)
+            except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
+                response.close()
+                return Outcome(error=exc)
+            unbound_deadline(response)
+        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        if response.status_code < 400:
+            return answered(response)  # hot path: answered
+        return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
+
+    # -- async -------------------------------------------------------------------------------
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """``handle_request`` for ``httpx.AsyncClient``: the same stages and per-host state,
+        each awaited, every wait on the clock without blocking the loop."""
+        chain = self._async
+        if chain is None:
+            chain = self._async = async_chain(self._asend, self._registry.runtime)
+        call = self.start(request)
+        first = first_attempt(call)
+        outcome = await chain(first)
+        if outcome.decision.verdict is _RETRY:
+            outcome = await aresume(chain, first, outcome)
+        response: httpx.Response | None = outcome.response  # type: ignore[assignment]
+        if response is not None and outcome.error is None and outcome.fallback is None:
+            return response
+        return cast(httpx.Response, outcome.unwrap())
+
+    def _async_inner_transport(self) -> httpx.AsyncBaseTransport:
+        inner = self._async_inner
+        if inner is None:
+            inner = self._async_inner = httpx.AsyncHTTPTransport(retries=0)
+        return inner
+
+    async def _asend(self, attempt: Attempt) -> Outcome:
+        """``_send``, awaited on the inner async transport."""
+        call = attempt.call
+        sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        try:
+            response = await self._async_inner_transport().handle_async_request(sent)
+        except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
+            return Outcome(error=exc)
+        response.request = sent
+        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
+        if rules is not None:
+            over = rules.declared_over()
+            if over is not None:
+                await response.aclose()
+                return Outcome(response, over)
+        if not call.stream:
+            try:
+                await response.aread()
+            except ResponseTooLarge as exc:
+                await response.aclose()
+                return Outcome(response, exc)
+            except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
+                await response.aclose()
+                return Outcome(error=exc)
+            except BaseException:
+                # Cancelled mid-body: the connection goes, never back to the pool half read.
+                with _shielded():
+                    await response.aclose()
+                raise
+            unbound_deadline(response)
+        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        if response.status_code < 400:
+            return answered(response)  # hot path: answered
+        return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
+
+    async def aclose(self) -> None:
+        """Close the inner async transport if made here, and a registry made here."""
+        if self._own_async_inner and self._async_inner is not None:
+            await self._async_inner.aclose()
+        if self._own_registry is not None:
+            await self._own_registry.aclose()
+
+    def close(self) -> None:
+        """Close the inner sync transport if made here, and a registry made here."""
+        if self._own_inner and self._inner is not None:
+            self._inner.close()
+        if self._own_registry is not None:
+            self._own_registry.close()
