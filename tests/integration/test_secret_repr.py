@@ -188,6 +188,19 @@ def _instances(
     }
     sentinel_loaded = config.load(_configured(tmp_path, **sentinel_state))
     sentinel_session = ResilientSession(_configured(tmp_path, backend="redis", **sentinel_state))
+    # What a fallback is told of a call that failed, and the mark on the answer it served: a
+    # call to the same URL (its token, its userinfo) on a port that refuses the connection.
+    told: list[resilient_session.FailedCall] = []
+
+    def stand_in(failed: resilient_session.FailedCall) -> requests.Response:
+        told.append(failed)
+        served = requests.Response()
+        served.status_code = 200
+        return served
+
+    refused_url = url.replace(f":{upstream.port}/", f":{_closed_port()}/")
+    with ResilientSession({"defaults": {"retry": {"max_attempts": 1}}}, fallback=stand_in) as down:
+        fallback_info = resilient_session.fallback_of(down.get(refused_url))
     clock = FakeClock()
     health = session.health()
     built: dict[str, object] = {
@@ -211,6 +224,8 @@ def _instances(
         "ASGIMiddleware": inbound.ASGIMiddleware(_asgi_app, loaded),
         "AttemptHeader": inbound.parse_attempt("1; max=3"),
         "FakeClock": clock,
+        "FailedCall": told[0],
+        "FallbackInfo": fallback_info,
         "ScriptedTransport": testing.ScriptedTransport(clock, 200),
         "FlakyUpstream": upstream,
         "Reply": Reply(),
@@ -245,6 +260,7 @@ NOT_BUILT = frozenset(
     {
         "Clock",
         "BreakerState",
+        "FallbackSource",
         "Reason",
         "Verdict",
         "TryHook",

@@ -34,7 +34,7 @@ class FallbackInfo:
     age: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class FailedCall:
     """What a ``fallback=`` callable is told of the call that failed.
 
@@ -54,6 +54,15 @@ class FailedCall:
     reason: str
     response: Any
     error: BaseException | None
+
+    def __repr__(self) -> str:
+        # The error by its class alone: a transport's own error text quotes the URL whole,
+        # query secrets and all, and a fallback's log line must not carry them.
+        error = None if self.error is None else type(self.error).__name__
+        return (
+            f"FailedCall(request={self.request!r}, host={self.host!r}, reason={self.reason!r}, "
+            f"response={self.response!r}, error={error})"
+        )
 
 
 # One private attribute on the response object, whatever its library: requests' Response and
