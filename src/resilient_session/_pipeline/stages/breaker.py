@@ -36,15 +36,15 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         # Recorded even then, so a half-open probe slot is never leaked.
         breaker.record(permit, TryResult.NEUTRAL)
         raise
-    refused = outcome.refused
     response = outcome.response
-    # hot path: happy (_pipeline/happy.py): the table's answered row, without its frames.
-    result = (
-        _SUCCESS
-        if response is not None and response.status_code < 400 and outcome.error is None
-        else try_result(attempt, outcome)
-    )
-    state, transition = breaker.record(permit, result, refused is None, refused is _DEADLINE_SPENT)
+    # hot path: happy
+    if response is not None and response.status_code < 400 and outcome.error is None:
+        state, transition = breaker.record(permit, _SUCCESS)
+    else:
+        refused = outcome.refused
+        state, transition = breaker.record(
+            permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
+        )
     if transition is not None:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
