@@ -27,4 +27,6 @@ def mark_owned(prepared: PreparedRequest) -> None:
 def take_owned(request: PreparedRequest) -> bool:
     """Whether *request* carries ``mark_owned``'s mark, taking it off: one try writes into it,
     and every later one into a copy."""
-    return bool(request.__dict__.pop(_OWNED, False))
+    # Only True is ever stored, so the popped value is the answer: no bool() call.
+    owned: bool = request.__dict__.pop(_OWNED, False)
+    return owned
