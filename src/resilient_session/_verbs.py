@@ -189,4 +189,4 @@ if TYPE_CHECKING:
             resilience: Mapping[str, Any] | None = ...,
         ) -> Response: ...
 else:
-    TypedVerbs = requests.Session
+    TypedVerbs = requests.Session  # hot path: typed-verbs

@@ -32,7 +32,7 @@ from .config import Config, load
 from .errors import ResponseTooLarge
 
 _new_tuple = tuple.__new__
-_RETRY = Verdict.RETRY
+_RETRY = Verdict.RETRY  # hot path: module-constants
 
 
 class ResilientAdapter(HTTPAdapter):
@@ -162,17 +162,17 @@ class ResilientAdapter(HTTPAdapter):
         calls = self._calls
         if calls is None:
             # No call stage: call_stage.Tries, inlined, as is Outcome.unwrap for the call that
-            # ends with a response of its own: three frames a call. The first try is sent
-            # here and the loop entered only for a retry: a frame less (~400 instructions)
-            # for a call its first try ends.
+            # ends with a response of its own; the first try is sent here and the loop entered
+            # only for a retry.
+            # hot path: first-try-inline
             first = first_attempt(call)
             outcome = self._chain(first)
             if outcome.decision.verdict is _RETRY:
                 outcome = resume(self._chain, first, outcome)
         else:
             outcome = calls(call)
-        # The requests wire's answers are requests' responses: narrowed by annotation, which
-        # costs nothing at run time, where typing.cast would cost a call on every call.
+        # The requests wire's answers are requests' responses.
+        # hot path: no-cast
         response: requests.Response | None = outcome.response  # type: ignore[assignment]
         if response is not None and outcome.error is None and outcome.fallback is None:
             return response
@@ -208,9 +208,10 @@ class ResilientAdapter(HTTPAdapter):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
-        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             return answered(response)  # hot path: answered
+        # hot path: positional-tuples
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def __getstate__(self) -> dict[str, Any]:

@@ -28,17 +28,17 @@ class Clock(Protocol):
 class SystemClock:
     """The real clock.
 
-    Reading it calls the ``time`` functions themselves, so the hot path pays no Python frame
-    for it; sleeping looks ``time.sleep`` up on each call, so a test that patches it sees
-    every sleep. An awaited sleep is anyio's, so it works under whichever event loop anyio
-    finds running (asyncio or trio). While ``resilient_session.testing.fast()`` is on, it
-    replaces the four methods on the class: sleeps are recorded, not slept, and readings move
-    on by them.
+    Reading it calls the ``time`` functions themselves; sleeping looks ``time.sleep`` up on
+    each call, so a test that patches it sees every sleep. An awaited sleep is anyio's, so it
+    works under whichever event loop anyio finds running (asyncio or trio). While
+    ``resilient_session.testing.fast()`` is on, it replaces the four methods on the class:
+    sleeps are recorded, not slept, and readings move on by them.
     """
 
     __slots__ = ()
 
     # The one place real time is read.
+    # hot path: system-clock
     monotonic = staticmethod(time.monotonic)  # noqa: TID251
     wall = staticmethod(time.time)
 

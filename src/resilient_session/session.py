@@ -222,10 +222,9 @@ class ResilientSession(TypedVerbs):
         else:
             if self._next_request_is_requests and requests.Session.request is _SESSION_REQUEST:
                 # requests.Session.request's own steps, run here: the request prepared is then
-                # known to be this call's alone, so its first try writes X-Request-Attempt
-                # into it instead of a copy (~11,000 instructions), and the call skips a
-                # frame that passes sixteen keywords on (~3,000). Pinned to requests' steps
-                # by tests/unit/test_compat.py.
+                # known to be this call's alone, and the call skips a frame that passes
+                # sixteen keywords on.
+                # hot path: session-steps
                 if isinstance(url, bytes):
                     url = url.decode("utf-8")
                 prepared = self.prepare_request(
@@ -235,7 +234,7 @@ class ResilientSession(TypedVerbs):
                         cookies=cookies, hooks=hooks,
                     )
                 )  # fmt: skip
-                mark_owned(prepared)
+                mark_owned(prepared)  # hot path: owned
                 settings = self.merge_environment_settings(
                     prepared.url, proxies or {}, stream, verify, cert
                 )

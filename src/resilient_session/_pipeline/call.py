@@ -84,12 +84,13 @@ def start_call(
         # The one deliberate difference from requests: a try never waits forever.
         timeout = default_timeout
     method = request.method or "GET"
-    # Prepared requests carry their method in capitals already: ~700 instructions.
+    # Prepared requests carry their method in capitals already.
+    # hot path: method-capitals
     idempotent = method in IDEMPOTENT_METHODS
     if not idempotent:
         method = method.upper()
         idempotent = method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in request.headers
-    # Made field by field, without a constructor's frame: this runs once per call.
+    # hot path: field-by-field
     call = _new_object(Call)
     call.request = request
     call.url = url

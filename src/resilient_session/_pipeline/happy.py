@@ -1,5 +1,6 @@
 """The happy path's two shortcuts across rooms, named once: which try ended well, and the
-outcome the transport stamps such a try with so that the stages on its way out need not copy it.
+outcome the transport stamps such a try with so that the stages on its way out need not copy it
+(two rows of docs/architecture.md's "Hot path").
 
 Both run on every try, where a call would cost a frame at each site, so each site writes its
 test inline, the same way everywhere, under a comment naming its rule here:
@@ -15,9 +16,8 @@ test inline, the same way everywhere, under a comment naming its rule here:
     The transport hands a happy try out as :func:`answered` stamps it: decided a success
     (``ANSWERED``) with the breaker closed. The decide stage (``outcome.decision is
     ANSWERED``) and the breaker stage (``outcome.breaker is state``) find their word already
-    there and return the outcome as it is instead of a copy with their word (~3,000
-    instructions a try); a stage that finds otherwise replaces it. Pinned by
-    ``tests/unit/pipeline/test_happy.py``.
+    there and return the outcome as it is instead of a copy with their word; a stage that
+    finds otherwise replaces it. Pinned by ``tests/unit/pipeline/test_happy.py``.
 """
 
 from __future__ import annotations
@@ -38,5 +38,5 @@ _CLOSED = BreakerState.CLOSED
 def answered(response: Answer) -> Outcome:
     """The outcome of a try *response* answered below 400, with no error: as the stages on
     its way out find it on the happy path (a success, the breaker still closed)."""
-    # tuple.__new__ with the fields in their declared order, as Outcome.with_decision builds.
+    # hot path: positional-tuples
     return _new_tuple(Outcome, (response, None, ANSWERED, None, _CLOSED, None))

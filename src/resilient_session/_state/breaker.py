@@ -108,6 +108,7 @@ class CircuitBreaker:
         # While CLOSED, what allow() answers, readable without the lock (None otherwise): a
         # try admitted just as another thread opens the breaker holds a permit of the old
         # epoch, and its result is dropped as stale, as if admitted a moment before the change.
+        # hot path: closed-admission
         self.closed_admission: tuple[Permit, None] | None = (self._closed_permit, None)
         self._consecutive_failures = 0
         self._window: deque[bool] | None = (
@@ -169,12 +170,13 @@ class CircuitBreaker:
             and not self._consecutive_failures
             and self._window is None
         ):
-            # The happy path, without the lock (~1,000 instructions): a success in the current
-            # closed epoch, with no run of failures to end, changes nothing but the count. A
-            # change racing these reads lands after this try, as one a moment later would.
+            # A success in the current closed epoch, with no run of failures to end, changes
+            # nothing but the count. A change racing these reads lands after this try, as one
+            # a moment later would.
+            # hot path: lock-free-counts
             next(self._tries.ticks)
             return _STILL_CLOSED
-        # acquire and release, not ``with``: its __exit__ call costs ~1,000 instructions a try.
+        # hot path: explicit-lock
         lock = self._lock
         lock.acquire()
         try:

@@ -49,10 +49,11 @@ class TokenBucket:
     def deposit(self) -> None:
         """Credit one first try."""
         next(self._first_tries.ticks)
-        # A full bucket, the usual case, has nothing to gain, and is told without the lock
-        # (~1,000 instructions): a withdrawal racing this read lands after the deposit, which
-        # a full bucket could not have kept either. Leaving the refill time behind is harmless
-        # because every withdrawal refills first.
+        # A full bucket, the usual case, has nothing to gain, and is told without the lock: a
+        # withdrawal racing this read lands after the deposit, which a full bucket could not
+        # have kept either. Leaving the refill time behind is harmless because every
+        # withdrawal refills first.
+        # hot path: lock-free-counts
         if self._tokens < self._max_tokens:
             with self._lock:
                 self._refill()

@@ -7,11 +7,11 @@ import itertools
 
 class Tally:
     """``next(tally.ticks)`` adds one: a single call into C, which the GIL runs whole, so a
-    count kept on the happy path needs no lock (a lock's acquire and release cost ~800
-    instructions a try). Reading takes a tick as well, and ``value`` subtracts the reads: call
-    it under the owner's lock, so that no two reads interleave.
+    count kept on the happy path needs no lock. Reading takes a tick as well, and ``value``
+    subtracts the reads: call it under the owner's lock, so that no two reads interleave.
     """
 
+    # hot path: lock-free-counts
     __slots__ = ("_reads", "ticks")
 
     def __init__(self) -> None:

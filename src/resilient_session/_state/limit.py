@@ -67,7 +67,7 @@ class ConcurrencyLimit:
 
     A free slot is a token in a list: a try takes one with ``pop()`` and gives it back with
     ``append()``, each one call into C that the GIL runs whole, so a try that finds a slot and
-    gives it back as it was costs no lock (two lock pairs, ~2,000 instructions a try). Tokens
+    gives it back as it was costs no lock. Tokens
     are made as the flight first needs them (``_unissued``), so the list is as long as the
     most tries ever in flight at once, not as the limit. The tokens out, free and unissued
     always number the limit plus those owed (taken back as they return, after the limit fell
@@ -144,6 +144,7 @@ class ConcurrencyLimit:
 
         A free slot costs one ``pop()``: no lock, no clock.
         """
+        # hot path: limit-tokens
         try:
             self._free.pop()
         except IndexError:

@@ -109,8 +109,9 @@ class AdaptiveThrottle:
         self._folded = 0
         # Whether the window holds more failures than ``k - 1``, the least excess a refusal
         # needs: while it does not, no try can be refused, and the throttle stage skips
-        # ask() (~1,200 instructions a try). Kept by whatever changes the failures, under
-        # the lock; read without it, as ask()'s own test was.
+        # ask(). Kept by whatever changes the failures, under the lock; read without it, as
+        # ask()'s own test was.
+        # hot path: throttle-gate
         self.may_refuse = False
 
     def ask(self) -> float | None:
@@ -118,8 +119,8 @@ class AdaptiveThrottle:
         and gets back the chance it was refused at."""
         # Without the lock or the clock: the window's failures (tries less accepts) bound the
         # excess (k >= 1) and a slide only lowers them, so at most ``k - 1`` of them no slide
-        # could bring a refusal. A healthy host's try skips a lock and a clock read (~2,000
-        # instructions). A record racing this read lets at most that one try through.
+        # could bring a refusal. A record racing this read lets at most that one try through.
+        # hot path: throttle-gate
         if not self.may_refuse:
             return None
         with self._lock:
@@ -145,8 +146,8 @@ class AdaptiveThrottle:
     def accepted(self, began: float) -> None:
         """Count a sent try the host answered without failing, of a call that began at
         *began* (this throttle's clock): while that is in the newest bucket, without the lock
-        or a clock read (~2,000 instructions). An accept changes no failure count, so
-        may_refuse stays as it is."""
+        or a clock read. An accept changes no failure count, so may_refuse stays as it is."""
+        # hot path: lock-free-counts
         if began // self._width <= self._newest:
             next(self._quiet.ticks)
         else:
@@ -155,7 +156,7 @@ class AdaptiveThrottle:
     def record(self, accepted: bool) -> None:
         """Count one sent try the host answered; *accepted* unless it failed (5xx, 429, a
         transport error or a timeout)."""
-        # acquire and release, not ``with``: its __exit__ call costs ~1,000 instructions a try.
+        # hot path: explicit-lock
         lock = self._lock
         lock.acquire()
         try:

@@ -3,7 +3,8 @@ first try's headers are written, so that try writes them into it rather than int
 
 The mark crosses from ``ResilientSession.request`` (``mark_owned``) to the requests wire's
 ``with_headers`` (``take_owned``) through requests' ``Session.send``, which carries the
-instance dict along untouched: a grep for either name finds the other.
+instance dict along untouched: a grep for either name finds the other, and the ``owned`` row
+of docs/architecture.md's "Hot path" both.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def mark_owned(prepared: PreparedRequest) -> None:
 def take_owned(request: PreparedRequest) -> bool:
     """Whether *request* carries ``mark_owned``'s mark, taking it off: one try writes into it,
     and every later one into a copy."""
-    # Only True is ever stored, so the popped value is the answer: no bool() call.
+    # Only True is ever stored, so the popped value is the answer.
+    # hot path: owned
     owned: bool = request.__dict__.pop(_OWNED, False)
     return owned

@@ -71,21 +71,22 @@ class RequestsWire:
         cookies (redirects), and so does ``Attempt.next``.
         """
         if first and take_owned(request):
-            # The request is the call's alone: its first try's headers go into it, where a
-            # copy would cost ~11,000 instructions and this write a few hundred.
+            # The request is the call's alone: its first try's headers go into it.
+            # hot path: owned
             store = header_store(request.headers)
             for name, value in pairs:
                 store[name.lower()] = (name, value)
             return request
         sent = _new_object(requests.PreparedRequest)
-        # The instance dict copied whole rather than filled key by key: ~1,600 instructions less.
+        # The instance dict copied whole rather than filled key by key.
+        # hot path: header-store
         sent.__dict__ = request.__dict__.copy()
         original: Any = request.headers
         if original is None:
             store = OrderedDict()
         elif isinstance(original, CaseInsensitiveDict):
-            # OrderedDict.copy, not dict(): a plain dict reads an OrderedDict through its keys
-            # and costs half as much again (about 5,200 instructions against 3,500).
+            # OrderedDict.copy, not dict(), which reads an OrderedDict through its keys.
+            # hot path: header-store
             store = header_store(original).copy()
         else:
             # Any other mapping (a plain dict put on a prepared request), which requests sends

@@ -30,7 +30,8 @@ from .arrival import hedge_wait
 
 # A watch's life: IDLE until a connection arms it, then DISARMED by its try or FIRING and
 # FIRED by the watchdog; DISARMED and FIRED are final. Ordered so that one comparison,
-# ``state <= DISARMED``, says "ended, or never armed, and not fired" on the hot path.
+# ``state <= DISARMED``, says "ended, or never armed, and not fired".
+# hot path: watch-order
 IDLE: Final = 0
 DISARMED: Final = 1
 ARMED: Final = 2

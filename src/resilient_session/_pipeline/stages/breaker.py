@@ -10,6 +10,7 @@ from resilient_session._state.breaker import BreakerState, Transition, TryResult
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT
+# hot path: module-constants
 _CLOSED = BreakerState.CLOSED
 _SUCCESS = TryResult.SUCCESS
 
@@ -20,6 +21,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     heed = breaker.heed
     if heed is not None:
         heed()
+    # hot path: closed-admission
     permit, opened_to_probe = breaker.closed_admission or breaker.allow()
     if opened_to_probe is not None:
         report(attempt, opened_to_probe)
@@ -49,8 +51,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
         report(attempt, transition)
-    # hot path: answered (_pipeline/happy.py): the transport's answer comes with the breaker
-    # closed, so the usual case costs no copy.
+    # hot path: answered
     return outcome if outcome.breaker is state else outcome.with_breaker(state)
 
 

@@ -7,7 +7,7 @@ from resilient_session._pipeline.drive import Next
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
-_RETRY = Verdict.RETRY  # a module constant, cheaper per try than the Enum class lookup
+_RETRY = Verdict.RETRY  # hot path: module-constants
 
 
 def spend_budget(attempt: Attempt, call_next: Next, /) -> Outcome:

@@ -76,12 +76,13 @@ def attempt_value(attempt: Attempt) -> str:
     call = attempt.call
     number = attempt.number
     most = call.policy.retry.max_attempts if call.idempotent and call.replayable else number
-    # Below its most, a try says so whatever the caller intends: the contextvar is read only
-    # for a last try (~600 instructions on every other).
+    # Below its most, a try says so whatever the caller intends.
+    # hot path: last-try-intent
     if most <= number and caller_retries():
         most = number + 1
     return _attempt_text(number, most)
 
 
 # At most 100 tries a call (retry.max_attempts), so a few hundred texts cover every call.
+# hot path: attempt-text
 _attempt_text = functools.lru_cache(maxsize=1024)(format_attempt)

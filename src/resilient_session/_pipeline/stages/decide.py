@@ -32,10 +32,9 @@ def decide_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Decides each try; the give-up reasons are checked in the order the contract fixes."""
     outcome = call_next(attempt)
     response = outcome.response
-    # hot path: happy (_pipeline/happy.py): any 2xx or 3xx ends the call, without the tiers.
+    # hot path: happy
     if response is not None and response.status_code < 400 and outcome.error is None:
-        # hot path: answered: the transport's answer comes decided so unless a stage inside
-        # replaced it.
+        # hot path: answered
         return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
     decision = decide(attempt, outcome)
     error = outcome.error

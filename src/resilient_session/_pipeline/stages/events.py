@@ -22,8 +22,8 @@ def emit_events(attempt: Attempt, call_next: Next, /) -> Outcome:
     chain whose registry has no hooks: a try no one logs costs no record."""
     outcome = call_next(attempt)
     if not _structlog_configured():
-        # Events off until the application configures structlog: a frame less (~400
-        # instructions) than asking logger_for, which says so first.
+        # Events off until the application configures structlog, which logger_for says too.
+        # hot path: events-off
         return outcome
     logger = logger_for(_INFO)
     if logger is not None:

@@ -35,8 +35,9 @@ def limit_concurrency(attempt: Attempt, call_next: Next, /) -> Outcome:
     try:
         outcome = call_next(attempt)
         response = outcome.response
+        # hot path: happy
         if response is not None and response.status_code < 400 and outcome.error is None:
-            signal = _SUCCESS  # the happy path, without a call
+            signal = _SUCCESS
         else:
             signal = _signal(attempt, outcome, started)
     finally:

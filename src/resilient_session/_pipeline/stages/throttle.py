@@ -16,6 +16,7 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
         return call_next(attempt)
     # A half-open breaker admits only probes, sent on purpose to test the host: refusing one
     # would only hand its slot to the next call. Its result still counts below.
+    # hot path: throttle-gate
     if throttle.may_refuse and state.breaker.closed_admission is not None:
         probability = throttle.ask()
         if probability is not None:
@@ -27,8 +28,7 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
             )
     outcome = call_next(attempt)
     response = outcome.response
-    # hot path: happy (_pipeline/happy.py): the table's answered row, without its three
-    # frames (~1,000 instructions).
+    # hot path: happy
     if response is not None and response.status_code < 400 and outcome.error is None:
         throttle.accepted(attempt.call.started_at)
         return outcome

@@ -25,7 +25,8 @@ def try_record(
     decision = outcome.decision
     error = outcome.error
     refused = outcome.refused
-    # Positional, in the fields' declared order: built once per try a hook listens to.
+    # Positional, in the fields' declared order.
+    # hot path: positional-tuples
     return _new_tuple(
         TryRecord,
         (
@@ -38,7 +39,7 @@ def try_record(
             type(error).__name__ if error is not None else None,
             round(decision.wait, 6),
             round(now - call.started_at, 6),
-            # _value_ is the member's own attribute; .value goes through a descriptor each time.
+            # hot path: enum-value
             decision.verdict._value_,
             decision.reason._value_,
             outcome.breaker._value_ if outcome.breaker is not None else None,
