@@ -179,7 +179,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 response.close()
                 return Outcome(error=exc)
             unbound_deadline(response)
-        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             return answered(response)  # hot path: answered
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
@@ -238,7 +238,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                     await response.aclose()
                 raise
             unbound_deadline(response)
-        # hot path: happy (_pipeline/happy.py); an answer and no error hold here already.
+        # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             return answered(response)  # hot path: answered
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))

@@ -81,7 +81,7 @@ def test_the_attempt_text_is_formatted_once_and_cached(harness):
     """attempt_value gives format_attempt's text, and the same try number and most again
     come from the cache."""
     attempt = harness().first_attempt()
-    most = attempt.call.state.policy.retry.max_attempts
+    most = attempt.call.policy.retry.max_attempts
     attempt_value(attempt)
     hits = deadline_stage._attempt_text.cache_info().hits
 
@@ -100,7 +100,7 @@ def test_the_callers_intent_is_read_for_a_last_try_alone(harness, monkeypatch):
 
     monkeypatch.setattr(deadline_stage, "caller_retries", caller_retries)
     first = harness().first_attempt()
-    most = first.call.state.policy.retry.max_attempts
+    most = first.call.policy.retry.max_attempts
     token = intent.enter(True)
     try:
         values = [attempt_value(first), attempt_value(first.replace(number=most))]

@@ -43,7 +43,7 @@ _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
 
 
 def _happy(outcome: Outcome) -> bool:
-    # hot path: happy (_pipeline/happy.py)
+    # hot path: happy
     response = outcome.response
     return response is not None and response.status_code < 400 and outcome.error is None
 
