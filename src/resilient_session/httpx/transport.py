@@ -30,6 +30,7 @@ from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.registry import HostRegistry
 from resilient_session._transport.httpx_body import checked, unbound_deadline
 from resilient_session._transport.httpx_errors import ResponseTooLarge
+from resilient_session._transport.httpx_pool_guard import poisons_on_cancel, send_guarded
 from resilient_session._transport.httpx_wire import HTTPX_WIRE, extension_timeout, with_timeout
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config, load
@@ -99,6 +100,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         self._own_inner = transport is None
         self._async_inner = async_transport
         self._own_async_inner = async_transport is None
+        # A cancelled try must not leave httpcore's pool a stuck connection (httpx_pool_guard).
+        self._guard_pool = async_transport is not None and poisons_on_cancel(async_transport)
         runtime = registry.runtime
         self._chain: Next = standard_chain(self._send, runtime)
         self._calls: Run | None = call_chain(self._chain, self._send, runtime)
@@ -206,14 +209,19 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         inner = self._async_inner
         if inner is None:
             inner = self._async_inner = httpx.AsyncHTTPTransport(retries=0)
+            self._guard_pool = True
         return inner
 
     async def _asend(self, attempt: Attempt) -> Outcome:
         """``_send``, awaited on the inner async transport."""
         call = attempt.call
         sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        inner = self._async_inner_transport()
         try:
-            response = await self._async_inner_transport().handle_async_request(sent)
+            if self._guard_pool:
+                response = await send_guarded(inner, sent)
+            else:
+                response = await inner.handle_async_request(sent)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
         response.request = sent
