@@ -9,12 +9,13 @@ import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx
 import pytest
 
 from resilient_session import HostRegistry
 from resilient_session.httpx import AsyncResilientClient, ResilientTransport
-from resilient_session.testing.upstream import FlakyUpstream
+from resilient_session.testing.upstream import FlakyUpstream, Reply
 
 from .pool_poison import AFTER, CANCELLED, cut_then_call, stock_limits
 
@@ -78,3 +79,46 @@ async def test_400_calls_cut_mid_call_leave_the_pool_and_the_host_healthy(anyio_
     assert (after.breaker, after.failures, after.rejected) == (before.breaker, 0, 0)
     assert after.budget_exhausted == before.budget_exhausted == 0
     assert after.retries == before.retries == 0
+
+
+async def test_hedges_cut_by_their_winners_leave_the_pool_healthy(anyio_backend):
+    """200 hedged calls, 20 at once on a pool of 10, against an upstream whose every other
+    answer takes 200 ms: a slow try loses to a hedge sent after 20 ms and is cancelled (or
+    the hedge is, when it drew the slow answer); then the 400 cut calls and the 50 after, all
+    answered, and no try is left holding a slot."""
+    config = {
+        "defaults": {
+            "retry": {"max_attempts": 2},
+            "hedging": {"enabled": True, "delay": 0.02},
+            "limit": {"enabled": True, "min": 40, "initial": 40, "max": 40, "max_wait": 1.0},
+        }
+    }
+    with FlakyUpstream() as upstream:
+        upstream.script("/tail", Reply(200, delay=0.2), Reply(200), cycle=True)
+        async with AsyncResilientClient(config, limits=stock_limits(), timeout=TIMEOUT) as client:
+            answered = 0
+
+            async def hedged() -> None:
+                nonlocal answered
+                response = await client.get(upstream.url("/tail"))
+                answered += response.status_code == 200
+
+            with anyio.fail_after(60):
+                for _ in range(10):
+                    async with anyio.create_task_group() as tasks:
+                        for _ in range(20):
+                            tasks.start_soon(hedged)
+                seen = await cut_then_call(client, upstream)
+            state = client.registry.for_url(upstream.url("/"))
+    assert state.hedge is not None
+    hedging = state.hedge.snapshot()
+    assert answered == 200
+    # Each hedge raced one try: one of the two won, the other was cancelled. How many
+    # hedges the budget paid for, and how many won, varies with the order replies go out.
+    assert hedging.hedges >= 20
+    assert hedging.wins >= 5
+    assert hedging.cancelled == hedging.hedges
+    assert (seen.ok, dict(seen.errors)) == (AFTER, {})
+    assert seen.reached >= AFTER  # a call queued past the delay is hedged too
+    assert state.limit is not None
+    assert state.limit.snapshot().in_flight == 0
