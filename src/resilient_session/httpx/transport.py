@@ -248,7 +248,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
         response.request = sent
-        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
+        deadline_at = None if call.stream else call.deadline_at
+        rules = checked(call, sent, response, deadline_at, awaited=True)
         if rules is not None:
             over = rules.declared_over()
             if over is not None:
