@@ -109,9 +109,20 @@ class Race(httpx.AsyncBaseTransport):
 HEDGED = {"defaults": {"retry": {"max_attempts": 3}, "hedging": {"enabled": True, "delay": 0.05}}}
 
 
+class Records:
+    """A try hook keeping every record."""
+
+    def __init__(self) -> None:
+        self.records: list[TryRecord] = []
+
+    def on_try(self, record: TryRecord, /) -> None:
+        self.records.append(record)
+
+
 async def test_a_hedge_answers_first_and_the_first_try_is_cancelled(clock: FakeClock):
     inner = Race()
-    async with AsyncResilientClient(HEDGED, transport=inner, clock=clock) as c:
+    hook = Records()
+    async with AsyncResilientClient(HEDGED, transport=inner, clock=clock, try_hooks=[hook]) as c:
         with anyio.fail_after(5):
             response = await c.get(URL)
         state = c.registry.for_url(URL)
@@ -124,6 +135,9 @@ async def test_a_hedge_answers_first_and_the_first_try_is_cancelled(clock: FakeC
     )
     assert (hedge.hedges, hedge.wins, hedge.cancelled) == (1, 1, 1)
     assert state.breaker.snapshot().tries == 1  # the cut try is no try, as a sync loser
+    # Each try told once, the one that lost as the sync race tells it.
+    told = sorted((r.attempt, r.status, r.decision, r.reason, r.hedge) for r in hook.records)
+    assert told == [(1, None, "cancelled", "hedge_lost", False), (2, 200, "success", "ok", True)]
     assert state.limit is None or state.limit.snapshot().in_flight == 0
 
 

@@ -24,7 +24,7 @@ from resilient_session._pipeline.attempt import (
 )
 from resilient_session._pipeline.hedging.hedged_call import hedgeable
 
-from .stages import async_chain
+from .stages import async_chain, tell_try
 
 if TYPE_CHECKING:
     from resilient_session._state.hedge import HedgeState
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 _RETRY = Verdict.RETRY
 _MAX_ATTEMPTS = Decision(Verdict.GIVE_UP, Reason.MAX_ATTEMPTS)
+_LOST = Outcome(decision=Decision(Verdict.CANCELLED, Reason.HEDGE_LOST))
 
 
 class AsyncHedgeCalls:
@@ -155,12 +156,16 @@ class _TaskRace:
         started: float,
     ) -> None:
         outcome: Outcome | None = None
+        clock = self._call.runtime.clock
+        began = clock.monotonic()
         with scope:
             outcome = await chain(attempt)
         if took is not None:
-            took.append(self._call.runtime.clock.monotonic() - started)
+            took.append(clock.monotonic() - started)
         if outcome is None:
-            return  # cancelled: another try won
+            # Cancelled, as another try won: told as the sync race tells a try that lost.
+            tell_try(attempt, _LOST, began, attempt.number > 1)
+            return
         number = attempt.number
         call = self._call
         if number > 1 and outcome.refused is not None:

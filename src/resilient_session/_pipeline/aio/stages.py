@@ -64,19 +64,25 @@ async def emit_hedge_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcom
 
 
 async def _emit(attempt: Attempt, call_next: AsyncNext, hedge: bool) -> Outcome:
-    runtime = attempt.call.runtime
-    clock = runtime.clock
-    started = clock.monotonic()
+    started = attempt.call.runtime.clock.monotonic()
     outcome = await call_next(attempt)
+    tell_try(attempt, outcome, started, hedge)
+    return outcome
+
+
+def tell_try(attempt: Attempt, outcome: Outcome, started: float, hedge: bool) -> None:
+    """One ``http.try`` event for *attempt*, begun at *started*, ended in *outcome*, and
+    every try hook told the same record; nothing when no one listens."""
+    runtime = attempt.call.runtime
     if not runtime.hooks and not structlog.is_configured():
-        return outcome
-    record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact, hedge)
+        return
+    end = runtime.clock.monotonic()
+    record = try_record(attempt, outcome, started, end, runtime.redact, hedge)
     logger = logger_for(_INFO)
     if logger is not None:
         logger.info("http.try", **record.event_fields())
     for hook in runtime.hooks:
         hook.on_try(record)
-    return outcome
 
 
 async def spend_budget(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
