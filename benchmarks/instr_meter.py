@@ -36,6 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 URL = "http://127.0.0.1:9/perf/item?id=1"
+# What a child process is given of this one's environment: where to find valgrind or perf, the
+# factories' modules, and the guard's layout padding.
+_CARRIED = ("PATH", "HOME", "PYTHONPATH", "INSTR_GUARD_LAYOUT")
+# The rest of it: thirty variables, about what a service's process starts with (these machines'
+# shells hold 35 and 1,300 bytes), so plain requests' count per call is a service's.
+_SERVICE_ENVIRONMENT = {f"SERVICE_SETTING_{i:02}": "s" * 24 for i in range(30)}
 WARM = 300
 
 
@@ -103,12 +109,15 @@ def child(which: str, n: int, factory: str, structlog_mode: str) -> None:
             cache_logger_on_first_use=True,
         )
     _patch_send()
+    # Both sides import the factory's module: the two processes then load the same modules
+    # and differ in which session makes the calls alone. Which modules are loaded moves the
+    # interpreter's caches and heap, and with them a plain call's count by thousands.
+    module, _, attr = factory.partition(":")
+    made: Any = importlib.import_module(module)
     session: Any
     if which == "plain":
         session = requests.Session()
     else:
-        module, _, attr = factory.partition(":")
-        made: Any = importlib.import_module(module)
         for part in attr.split("."):
             made = getattr(made, part)
         session = made()
@@ -176,8 +185,11 @@ def instructions(meter: str, command: list[str]) -> int:
             "--cachegrind-out-file=/dev/null",
             *command,
         ]
-    # A fixed hash seed: set and dict layouts, and so the count, repeat from run to run.
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
+    # A fixed hash seed: set and dict layouts, and so the count, repeat from run to run. A
+    # fixed environment: requests scans every variable of it for proxies on each call, so a
+    # machine's own (a CI runner's, a shell's) would move both counts and the gap between them.
+    env = {name: os.environ[name] for name in _CARRIED if name in os.environ}
+    env.update(_SERVICE_ENVIRONMENT, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
     p = subprocess.run(  # noqa: S603 - a benchmark's own child, built from fixed parts
         cmd, capture_output=True, text=True, env=env, timeout=1800, check=False
     )
