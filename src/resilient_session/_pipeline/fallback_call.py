@@ -57,6 +57,12 @@ class FallbackCalls:
                 unwatch_call(token)
         else:
             outcome = run(call)
+        return self.settle(call, outcome)
+
+    def settle(self, call: Call, outcome: Outcome) -> Outcome:
+        """The call's final *outcome*, its answer kept, or a fallback's in its place; the
+        async twin (``aio/calls.py``) runs the call its own way and ends here too."""
+        hooks = call.runtime.hooks
         response = outcome.response
         if (
             response is not None
@@ -83,7 +89,7 @@ class FallbackCalls:
             reason=info.reason,
             source=info.source.value,
             age=info.age,
-            url=call.request.url or "",
+            url=call.url,
             redact=call.runtime.redact,
         )
         return Outcome(answer)
@@ -125,7 +131,7 @@ class FallbackCalls:
         if not stale.enabled:
             return None
         request = call.request
-        hit = self._store.find(stale, call.method, request.url or "", request.headers)
+        hit = self._store.find(stale, call.method, call.url, request.headers)
         if hit is None:
             return None
         info = FallbackInfo(reason, _STALE, hit.age)
@@ -146,7 +152,7 @@ class FallbackCalls:
             call.state.stale,
             call.policy.fallback.stale,
             call.method,
-            request.url or "",
+            call.url,
             request.headers,
             response.status_code,
             response.headers,
