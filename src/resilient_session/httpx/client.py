@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -155,7 +155,8 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         transport: the inner async transport each try goes out on; by default httpx's own,
             with ``retries=0`` and this client's ``verify``, ``cert``, ``http2``, ``limits``.
         clock, rng, try_hooks: as for ``ResilientSession``; a *registry* brings its own.
-        fallback: as for ``ResilientSession``: called once for a call that fails.
+        fallback: as for ``ResilientSession``: called once for a call that fails; a
+            coroutine function is awaited.
         **kwargs: passed to ``httpx.AsyncClient``.
     """
 
@@ -168,7 +169,8 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         try_hooks: Iterable[TryHook] = (),
-        fallback: Callable[[FailedCall], httpx.Response | None] | None = None,
+        fallback: Callable[[FailedCall], httpx.Response | Awaitable[httpx.Response | None] | None]
+        | None = None,
         **kwargs: Any,
     ) -> None:
         made = transport is None

@@ -75,9 +75,10 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         clock: the source of time; a *registry* handed in brings its own.
         rng: the source of jitter; a *registry* handed in brings its own.
         fallback: called once for a call that fails, sync or async, as
-            ``ResilientSession(fallback=...)``'s: a response it returns is served, marked
-            (a plain function on both paths). Stale answers are served as the host's
-            ``fallback.stale`` says, for calls whose body the client read.
+            ``ResilientSession(fallback=...)``'s: a response it returns is served, marked.
+            A coroutine function answers the async path's calls, awaited. Stale answers
+            are served as the host's ``fallback.stale`` says, for calls whose body the
+            client read.
         try_hooks: told of every try; a *registry* handed in brings its own.
     """
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -49,6 +50,68 @@ async def test_an_async_call_that_fails_is_answered_by_the_fallback(clock: FakeC
     assert info is not None
     assert (info.source.value, info.reason) == ("callable", "max_attempts")
     assert next(iter(health.values())).fallbacks == 1
+
+
+async def test_an_async_fallback_is_awaited_with_the_failed_call(clock: FakeClock):
+    """A coroutine function as fallback= is awaited, on the client's loop, with the call's
+    last answer; what it awaits (here a checkpoint) runs before the answer is served."""
+    seen: list[httpx.Request] = []
+    told: list[tuple[str, int]] = []
+
+    async def from_cache(failed: FailedCall) -> httpx.Response:
+        await anyio.lowlevel.checkpoint()
+        told.append((failed.reason, failed.response.status_code))
+        return httpx.Response(200, content=b"cached")
+
+    config = {"defaults": {"retry": {"max_attempts": 2}}}
+    async with AsyncResilientClient(
+        config, transport=scripted(502, seen=seen), clock=clock, fallback=from_cache
+    ) as c:
+        response = await c.get(URL)
+    info = fallback_of(response)
+    assert (response.text, len(seen), told) == ("cached", 2, [("max_attempts", 502)])
+    assert info is not None
+    assert info.source.value == "callable"
+
+
+async def test_an_async_fallback_that_raises_keeps_the_calls_error(clock: FakeClock):
+    """An error the awaited fallback raises reaches the caller with the call's own as
+    ``original``."""
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    async def broken(failed: FailedCall) -> httpx.Response:
+        raise LookupError("no cached answer")
+
+    config = {"defaults": {"retry": {"max_attempts": 1}}}
+    async with AsyncResilientClient(
+        config, transport=httpx.MockTransport(refused), clock=clock, fallback=broken
+    ) as c:
+        with pytest.raises(LookupError) as raised:
+            await c.get(URL)
+    assert isinstance(raised.value.original, httpx.ConnectError)  # type: ignore[attr-defined]
+
+
+def test_an_async_fallback_given_to_a_sync_client_is_refused_by_name(clock: FakeClock):
+    """A sync call cannot await: a coroutine function there raises a TypeError that says so
+    (and its coroutine is closed, never left unawaited)."""
+
+    async def from_cache(failed: FailedCall) -> httpx.Response:
+        return httpx.Response(200)
+
+    seen: list[httpx.Request] = []
+    with (
+        ResilientClient(
+            {"defaults": {"retry": {"max_attempts": 1}}},
+            transport=scripted(503, seen=seen),
+            clock=clock,
+            fallback=from_cache,  # type: ignore[arg-type]  # what the test is about
+        ) as c,
+        pytest.raises(TypeError, match="from_cache is a coroutine function"),
+    ):
+        c.get(URL)
+    assert len(seen) == 1
 
 
 def test_a_sync_call_that_fails_is_answered_by_the_fallback(clock: FakeClock):

@@ -71,9 +71,9 @@ def acompose_calls(stages: Sequence[AsyncCallStage], tries: AsyncTries) -> Async
 
 
 class AsyncFallbackCalls(FallbackCalls):
-    """``FallbackCalls`` for a call run by awaiting: the same keeping and serving. The
-    ``fallback=`` callable is called as on the sync path (a plain function: it must not block
-    the loop for long)."""
+    """``FallbackCalls`` for a call run by awaiting: the same keeping and serving. A
+    ``fallback=`` that is a coroutine function is awaited; a plain one is called as on the
+    sync path (it must not block the loop for long)."""
 
     __slots__ = ()
 
@@ -86,4 +86,4 @@ class AsyncFallbackCalls(FallbackCalls):
                 unwatch_call(token)
         else:
             outcome = await run(call)
-        return self.settle(call, outcome)
+        return await self.asettle(call, outcome)
