@@ -110,14 +110,21 @@ def peer_stacks(async_only: bool = False) -> list[Stack]:
 
 
 def resilient_stacks(async_only: bool = False) -> list[Stack]:
-    """The project's own rows, each a name and a client factory, run exactly as the peers'.
+    """The project's own rows, each a name and a client factory, run exactly as the peers':
+    both clients with the default configuration, and the async one with hedging on (``auto``:
+    a hedge after the host's p95, the tail's cure)."""
+    from resilient_session.httpx import AsyncResilientClient, ResilientClient
 
-    Empty until ``resilient_session.httpx`` exists; then, e.g.::
-
+    hedging = {"defaults": {"hedging": {"enabled": True}}}
+    stacks: list[Stack] = [
         AsyncStack("AsyncResilientClient", lambda: AsyncResilientClient(timeout=TIMEOUT)),
+        AsyncStack(
+            "AsyncResilientClient hedging",
+            lambda: AsyncResilientClient(hedging, timeout=TIMEOUT),
+        ),
         SyncStack("ResilientClient", lambda: ResilientClient(timeout=TIMEOUT)),
-    """
-    return []
+    ]
+    return [stack for stack in stacks if isinstance(stack, AsyncStack) or not async_only]
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Iterator
-from importlib.metadata import version
 
 import httpx
 import pytest
@@ -20,10 +19,6 @@ from .pool_poison import AFTER, CANCELLED, POOL, cut_then_call, stock_limits
 pytestmark = [pytest.mark.integration, pytest.mark.httpx, pytest.mark.anyio]
 
 FORK = httpx.__name__ == "httpx2"
-# Below anyio 4.16 (the floors' 4.1 on Python 3.10), calls cut mid-connect leave stuck
-# connections even in a pool free of contention (5 and 16 of 20 seen): the fact below is the
-# newer anyio's.
-OLD_ANYIO = tuple(int(part) for part in version("anyio").split(".")[:2]) < (4, 16)
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +68,6 @@ async def test_the_httpx2_fork_stays_healthy_after_400_calls_cut_mid_call(anyio_
     assert (seen.ok, dict(seen.errors), seen.reached) == (AFTER, {}, AFTER)
 
 
-@pytest.mark.skipif(OLD_ANYIO, reason="anyio >= 4.16's fact: older ones leave stuck connections")
 async def test_a_pool_free_of_contention_is_not_poisoned(anyio_backend):
     """The same cut calls, never more at once than the pool has connections (20 in a pool of
     20): nothing is stuck and the 50 calls after are answered, on httpx or its fork. What

@@ -9,9 +9,9 @@ registry gets no emitter and its tries pay nothing.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 from .hooks import TryRecord, TrySending, calls_watched
@@ -90,7 +90,12 @@ class OpenTelemetryHook:
         meter_provider = meter_provider or metrics.get_meter_provider()
         self._tracer = tracer_provider.get_tracer(SCOPE)
         self._instruments = instruments_for(meter_provider)
-        self._local = threading.local()
+        # The span of the try on its way out, and a call's last span held for on_call_end:
+        # per context, so tasks sharing a thread each keep their own, as threads do.
+        self._pending: ContextVar[tuple[Any, float] | None] = ContextVar(
+            "resilient_session_otel_pending", default=None
+        )
+        self._held: ContextVar[Any] = ContextVar("resilient_session_otel_held", default=None)
         # Read once, as the SDK reads its own variables when it is set up.
         self._known = known_methods()
 
@@ -124,15 +129,16 @@ class OpenTelemetryHook:
         # HTTP semantic conventions, "Name": an unknown method names its span HTTP.
         name = "HTTP" if method == "_OTHER" else method
         span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
-        self._local.pending = (span, time.perf_counter())
+        self._pending.set((span, time.perf_counter()))
         carrier: dict[str, str] = {}
         # The configured propagator, with this try's span as the context it names.
         inject(carrier, context=set_span_in_context(span))
         return iter(carrier.items())
 
     def on_try(self, record: TryRecord, /) -> None:
-        pending = getattr(self._local, "pending", None)
-        self._local.pending = None
+        pending = self._pending.get()
+        if pending is not None:
+            self._pending.set(None)
         address, port = server_of(record.host)
         if record.refused is not None:
             self._refused(record, address, port)
@@ -170,16 +176,16 @@ class OpenTelemetryHook:
         if record.decision in _FINAL_FAILURES and not record.hedge and calls_watched():
             # The call's last span: kept open until on_call_end says whether a fallback
             # answered the call, which it then names.
-            self._local.held = span
+            self._held.set(span)
             return
         span.end()
 
     def on_call_end(self, source: str | None, /) -> None:
         """End the call's last span, naming the fallback that answered the call, if any; with
         no span held (the call's last try was refused), the call's own span is named."""
-        held = getattr(self._local, "held", None)
-        self._local.held = None
+        held = self._held.get()
         if held is not None:
+            self._held.set(None)
             if source is not None:
                 held.set_attribute(FALLBACK_ATTRIBUTE, source)
             held.end()
@@ -191,9 +197,9 @@ class OpenTelemetryHook:
                 span.set_attribute(FALLBACK_ATTRIBUTE, source)
 
     def _end_held(self) -> None:
-        held = getattr(self._local, "held", None)
+        held = self._held.get()
         if held is not None:  # a call ended without on_call_end: its span ends as it was
-            self._local.held = None
+            self._held.set(None)
             held.end()
 
     def _refused(self, record: TryRecord, address: str, port: int) -> None:

@@ -7,6 +7,7 @@ guard: a served fallback is no try, and no guard counts it as a success or a fai
 
 from __future__ import annotations
 
+from inspect import isawaitable, iscoroutine
 from typing import TYPE_CHECKING, Any
 
 from resilient_session._observe.events import emit_fallback
@@ -57,19 +58,79 @@ class FallbackCalls:
                 unwatch_call(token)
         else:
             outcome = run(call)
+        return self.settle(call, outcome)
+
+    def settle(self, call: Call, outcome: Outcome) -> Outcome:
+        """The call's final *outcome*, its answer kept, or a fallback's in its place."""
+        if self._answered(call, outcome):
+            return outcome
+        failure = self._failure(call, outcome)
+        value = None if failure is None else self._ask(failure)
+        return self._end(call, outcome, failure, value)
+
+    async def asettle(self, call: Call, outcome: Outcome) -> Outcome:
+        """``settle`` for a call run by awaiting (``aio/calls.py``): a ``fallback=`` that is a
+        coroutine function is awaited; a plain one is called, as on the sync path."""
+        if self._answered(call, outcome):
+            return outcome
+        failure = self._failure(call, outcome)
+        value = None if failure is None else self._ask(failure)
+        if failure is not None and isawaitable(value):
+            try:
+                value = await value
+            except Exception as exc:
+                _keep_original(exc, failure.error)
+                raise
+        return self._end(call, outcome, failure, value)
+
+    def _answered(self, call: Call, outcome: Outcome) -> bool:
+        """Whether the call ended in the host's answer, kept (while ``fallback.stale`` is on)
+        and told to the call's hooks: nothing to stand in for."""
         response = outcome.response
         if (
-            response is not None
-            and outcome.error is None
-            and outcome.fallback is None
-            and not _failed(response.status_code, call)
+            response is None
+            or outcome.error is not None
+            or outcome.fallback is not None
+            or _failed(response.status_code, call)
         ):
-            if call.policy.fallback.stale.enabled and not call.stream:
-                self._keep(call, response)
-            if hooks:
-                _tell(hooks, None)
-            return outcome
-        served = self._serve(call, outcome)
+            return False
+        if call.policy.fallback.stale.enabled and not call.stream:
+            self._keep(call, response)
+        if call.runtime.hooks:
+            _tell(call.runtime.hooks, None)
+        return True
+
+    def _failure(self, call: Call, outcome: Outcome) -> FailedCall | None:
+        """What the call that ended in *outcome* failed with, for a fallback to answer; None
+        when it did not fail or its caller retries it."""
+        final = outcome
+        while final.fallback is not None:  # refused or unreached: what the caller gets
+            final = final.fallback
+        answer = final.response
+        if final.error is None and answer is not None and not _failed(answer.status_code, call):
+            return None  # a refused retry after an answer of the caller's to see
+        if caller_retries():
+            return None  # the outermost layer's fallback applies
+        reason = outcome.decision.reason.value
+        return FailedCall(call.request, call.state.host, reason, final.response, final.error)
+
+    def _ask(self, failure: FailedCall) -> Any:
+        """The ``fallback=`` callable's value for *failure* (None without one); an error it
+        raises keeps the call's own as ``original``."""
+        fallback = self._fallback
+        if fallback is None:
+            return None
+        try:
+            return fallback(failure)
+        except Exception as exc:
+            _keep_original(exc, failure.error)
+            raise
+
+    def _end(self, call: Call, outcome: Outcome, failure: FailedCall | None, value: Any) -> Outcome:
+        """The call's outcome: *value* served when the callable gave one, else a stale answer
+        when one is kept, else *outcome* itself; told, counted and logged."""
+        served = None if failure is None else self._serve(call, failure, value)
+        hooks = call.runtime.hooks
         if hooks:
             _tell(hooks, None if served is None else served[1].source.value)
         if served is None:
@@ -83,49 +144,28 @@ class FallbackCalls:
             reason=info.reason,
             source=info.source.value,
             age=info.age,
-            url=call.request.url or "",
+            url=call.url,
             redact=call.runtime.redact,
         )
         return Outcome(answer)
 
-    def _serve(self, call: Call, outcome: Outcome) -> tuple[Answer, FallbackInfo] | None:
-        """The answer a fallback gives the call that ended in *outcome*, and its mark; None
-        when the call did not fail, its caller retries it, or no fallback answers."""
-        final = outcome
-        while final.fallback is not None:  # refused or unreached: what the caller gets
-            final = final.fallback
-        answer = final.response
-        if final.error is None and answer is not None and not _failed(answer.status_code, call):
-            return None  # a refused retry after an answer of the caller's to see
-        if caller_retries():
-            return None  # the outermost layer's fallback applies
-        reason = outcome.decision.reason.value
-        replaced = final.response
+    def _serve(
+        self, call: Call, failure: FailedCall, value: Any
+    ) -> tuple[Answer, FallbackInfo] | None:
+        """The answer that stands in for the failed call, and its mark: the callable's
+        *value*, else a stale answer; None when neither answers."""
         wire = call.wire
-        fallback = self._fallback
-        if fallback is not None:
-            failed = FailedCall(call.request, call.state.host, reason, replaced, final.error)
-            try:
-                value = fallback(failed)
-            except Exception as exc:
-                original = final.error
-                if original is not None and exc is not original:
-                    _keep_original(exc, original)
-                raise
-            if value is not None:
-                if not wire.is_answer(value):
-                    name = getattr(fallback, "__qualname__", None) or repr(fallback)
-                    raise TypeError(
-                        f"fallback {name} returned {type(value).__name__}, not a response: "
-                        "return a response to serve, or None to let the call end as it would"
-                    )
-                info = FallbackInfo(reason, _CALLABLE)
-                return self._served(wire, value, replaced, info)
+        reason = failure.reason
+        replaced = failure.response
+        if value is not None:
+            if not wire.is_answer(value):
+                raise TypeError(_not_an_answer(self._fallback, value))
+            return self._served(wire, value, replaced, FallbackInfo(reason, _CALLABLE))
         stale = call.policy.fallback.stale
         if not stale.enabled:
             return None
         request = call.request
-        hit = self._store.find(stale, call.method, request.url or "", request.headers)
+        hit = self._store.find(stale, call.method, call.url, request.headers)
         if hit is None:
             return None
         info = FallbackInfo(reason, _STALE, hit.age)
@@ -146,7 +186,7 @@ class FallbackCalls:
             call.state.stale,
             call.policy.fallback.stale,
             call.method,
-            request.url or "",
+            call.url,
             request.headers,
             response.status_code,
             response.headers,
@@ -166,9 +206,26 @@ def _tell(hooks: tuple[Any, ...], source: str | None) -> None:
             hook.on_call_end(source)
 
 
-def _keep_original(exc: Exception, original: BaseException) -> None:
+def _not_an_answer(fallback: Any, value: Any) -> str:
+    name = getattr(fallback, "__qualname__", None) or repr(fallback)
+    if iscoroutine(value):
+        value.close()  # never awaited: closed here, so no warning points elsewhere
+        return (
+            f"fallback {name} is a coroutine function: an async fallback answers the calls of "
+            "AsyncResilientClient (or ResilientTransport's async path); give this client a "
+            "plain function"
+        )
+    return (
+        f"fallback {name} returned {type(value).__name__}, not a response: "
+        "return a response to serve, or None to let the call end as it would"
+    )
+
+
+def _keep_original(exc: Exception, original: BaseException | None) -> None:
     """Keep *original* on *exc* as the library's errors do (``exc.original``): reachable, and
     not printed in the traceback, which shows *exc* alone."""
+    if original is None or exc is original:
+        return
     try:
         if getattr(exc, "original", None) is None:
             exc.original = original  # type: ignore[attr-defined]  # the library's convention

@@ -12,7 +12,7 @@ deadline ends within one read of it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import httpx
 
@@ -121,18 +121,21 @@ def checked(
     request: httpx.Request,
     response: httpx.Response,
     deadline_at: float | None,
+    *,
+    awaited: bool = False,
 ) -> Rules | None:
     """Put *response*'s body under the host's cap and, when *deadline_at* is given, the
-    deadline; None (nothing done) when neither applies."""
+    deadline, read by awaiting when *awaited* (a body of bytes is both kinds of stream, and
+    only the caller knows which it reads); None (nothing done) when neither applies."""
     limit = call.state.policy.retry.max_response_bytes
     if limit is None and deadline_at is None:
         return None
     rules = Rules(call, request, response, limit, deadline_at)
     stream = response.stream
-    if isinstance(stream, httpx.SyncByteStream):
-        response.stream = CheckedStream(stream, rules)
+    if awaited:
+        response.stream = AsyncCheckedStream(cast(httpx.AsyncByteStream, stream), rules)
     else:
-        response.stream = AsyncCheckedStream(stream, rules)
+        response.stream = CheckedStream(cast(httpx.SyncByteStream, stream), rules)
     return rules
 
 

@@ -179,7 +179,7 @@ class HttpxWire:
         """A copy of *request* sending the ``(name, value)`` *pairs* too (a name of another
         case replaced). Always a copy, *first* or not: httpx's client builds a redirect hop
         and an auth flow's next request from the request it handed the transport."""
-        sent = _copy(request)
+        sent = copied(request)
         headers = request.headers.copy()
         for name, value in pairs:
             headers[name] = value
@@ -341,7 +341,7 @@ class HttpxWire:
         mark_fallback(answer, info)
 
 
-def _copy(request: httpx.Request) -> httpx.Request:
+def copied(request: httpx.Request) -> httpx.Request:
     """A shallow copy of *request*: the same body and URL, its own header map and extensions."""
     sent: httpx.Request = _new_object(httpx.Request)
     sent.__dict__ = request.__dict__.copy()
@@ -353,7 +353,7 @@ def with_timeout(request: httpx.Request, timeout: dict[str, float | None]) -> ht
     """*request* sending with *timeout*: itself when it already does, else a copy."""
     if request.extensions.get("timeout") is timeout:
         return request
-    sent = _copy(request)
+    sent = copied(request)
     sent.extensions["timeout"] = timeout
     return sent
 

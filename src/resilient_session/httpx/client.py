@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
 
 from resilient_session._observe.hooks import TryHook
+from resilient_session._state.fallback import FailedCall
 from resilient_session._state.registry import HostRegistry
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
@@ -66,6 +67,7 @@ class ResilientClient(_Deadlines, httpx.Client):
         transport: the inner transport each try goes out on; by default httpx's own, with
             ``retries=0`` and this client's ``verify``, ``cert``, ``http2`` and ``limits``.
         clock, rng, try_hooks: as for ``ResilientSession``; a *registry* brings its own.
+        fallback: as for ``ResilientSession``: called once for a call that fails.
         **kwargs: passed to ``httpx.Client``.
     """
 
@@ -78,6 +80,7 @@ class ResilientClient(_Deadlines, httpx.Client):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         try_hooks: Iterable[TryHook] = (),
+        fallback: Callable[[FailedCall], httpx.Response | None] | None = None,
         **kwargs: Any,
     ) -> None:
         made = transport is None
@@ -85,7 +88,7 @@ class ResilientClient(_Deadlines, httpx.Client):
             transport = httpx.HTTPTransport(retries=0, **_transport_options(kwargs))
         self._resilient = ResilientTransport(
             config, registry=registry, transport=transport, clock=clock, rng=rng,
-            try_hooks=try_hooks,
+            try_hooks=try_hooks, fallback=fallback,
         )  # fmt: skip
         # Made here, so closed with the resilient transport, which httpx's client closes.
         self._resilient._own_inner = made
@@ -152,6 +155,8 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         transport: the inner async transport each try goes out on; by default httpx's own,
             with ``retries=0`` and this client's ``verify``, ``cert``, ``http2``, ``limits``.
         clock, rng, try_hooks: as for ``ResilientSession``; a *registry* brings its own.
+        fallback: as for ``ResilientSession``: called once for a call that fails; a
+            coroutine function is awaited.
         **kwargs: passed to ``httpx.AsyncClient``.
     """
 
@@ -164,6 +169,8 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         try_hooks: Iterable[TryHook] = (),
+        fallback: Callable[[FailedCall], httpx.Response | Awaitable[httpx.Response | None] | None]
+        | None = None,
         **kwargs: Any,
     ) -> None:
         made = transport is None
@@ -171,7 +178,7 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
             transport = httpx.AsyncHTTPTransport(retries=0, **_transport_options(kwargs))
         self._resilient = ResilientTransport(
             config, registry=registry, async_transport=transport, clock=clock, rng=rng,
-            try_hooks=try_hooks,
+            try_hooks=try_hooks, fallback=fallback,
         )  # fmt: skip
         # Made here, so closed with the resilient transport, which httpx's client closes.
         self._resilient._own_async_inner = made

@@ -13,6 +13,8 @@ import httpx
 
 from resilient_session._observe.hooks import TryHook
 from resilient_session._pipeline.aio import AsyncNext, aresume, async_chain
+from resilient_session._pipeline.aio.calls import AsyncRun
+from resilient_session._pipeline.aio.chains import async_call_chain
 from resilient_session._pipeline.attempt import (
     UNDECIDED,
     Attempt,
@@ -30,6 +32,7 @@ from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.registry import HostRegistry
 from resilient_session._transport.httpx_body import checked, unbound_deadline
 from resilient_session._transport.httpx_errors import ResponseTooLarge
+from resilient_session._transport.httpx_pool_guard import poisons_on_cancel, send_guarded
 from resilient_session._transport.httpx_wire import HTTPX_WIRE, extension_timeout, with_timeout
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config, load
@@ -71,7 +74,11 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             here.
         clock: the source of time; a *registry* handed in brings its own.
         rng: the source of jitter; a *registry* handed in brings its own.
-        fallback: not supported yet; None.
+        fallback: called once for a call that fails, sync or async, as
+            ``ResilientSession(fallback=...)``'s: a response it returns is served, marked.
+            A coroutine function answers the async path's calls, awaited. Stale answers
+            are served as the host's ``fallback.stale`` says, for calls whose body the
+            client read.
         try_hooks: told of every try; a *registry* handed in brings its own.
     """
 
@@ -87,8 +94,9 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         fallback: Any = None,
         try_hooks: Iterable[TryHook] = (),
     ) -> None:
-        if fallback is not None:
-            raise NotImplementedError("ResilientTransport(fallback=...) is not supported yet")
+        if fallback is not None and not callable(fallback):
+            raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
+        self._fallback = fallback
         self._own_registry: HostRegistry | None = None
         if registry is None:
             registry = HostRegistry(load(config), clock=clock, rng=rng, try_hooks=try_hooks)
@@ -99,10 +107,16 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         self._own_inner = transport is None
         self._async_inner = async_transport
         self._own_async_inner = async_transport is None
+        # A cancelled try must not leave httpcore's pool a stuck connection (httpx_pool_guard).
+        self._guard_pool = async_transport is not None and poisons_on_cancel(async_transport)
         runtime = registry.runtime
         self._chain: Next = standard_chain(self._send, runtime)
-        self._calls: Run | None = call_chain(self._chain, self._send, runtime)
-        self._async: AsyncNext | None = None  # the async chain, built on the first async call
+        self._calls: Run | None = call_chain(
+            self._chain, self._send, runtime, fallback, registry.stale
+        )
+        # The async chains, built on the first async call: a sync-only user never loads them.
+        self._async: AsyncNext | None = None
+        self._async_calls: AsyncRun | None = None
 
     @property
     def registry(self) -> HostRegistry:
@@ -191,33 +205,52 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         each awaited, every wait on the clock without blocking the loop."""
         chain = self._async
         if chain is None:
-            chain = self._async = async_chain(self._asend, self._registry.runtime)
+            chain = self._build_async()
         call = self.start(request)
-        first = first_attempt(call)
-        outcome = await chain(first)
-        if outcome.decision.verdict is _RETRY:
-            outcome = await aresume(chain, first, outcome)
+        calls = self._async_calls
+        if calls is None:
+            first = first_attempt(call)
+            outcome = await chain(first)
+            if outcome.decision.verdict is _RETRY:
+                outcome = await aresume(chain, first, outcome)
+        else:
+            outcome = await calls(call)
         response: httpx.Response | None = outcome.response  # type: ignore[assignment]
         if response is not None and outcome.error is None and outcome.fallback is None:
             return response
         return cast(httpx.Response, outcome.unwrap())
 
+    def _build_async(self) -> AsyncNext:
+        registry = self._registry
+        runtime = registry.runtime
+        chain = self._async = async_chain(self._asend, runtime)
+        self._async_calls = async_call_chain(
+            chain, self._asend, runtime, self._fallback, registry.stale
+        )
+        return chain
+
     def _async_inner_transport(self) -> httpx.AsyncBaseTransport:
         inner = self._async_inner
         if inner is None:
             inner = self._async_inner = httpx.AsyncHTTPTransport(retries=0)
+            self._guard_pool = True
         return inner
 
     async def _asend(self, attempt: Attempt) -> Outcome:
         """``_send``, awaited on the inner async transport."""
         call = attempt.call
         sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        inner = self._async_inner_transport()
         try:
-            response = await self._async_inner_transport().handle_async_request(sent)
+            if self._guard_pool:
+                response = await send_guarded(inner, sent)
+            else:
+                response = await inner.handle_async_request(sent)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
         response.request = sent
-        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
+        deadline_at = None if call.stream else call.deadline_at
+        rules = checked(call, sent, response, deadline_at, awaited=True)
         if rules is not None:
             over = rules.declared_over()
             if over is not None:

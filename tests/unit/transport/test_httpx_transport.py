@@ -235,11 +235,6 @@ def test_start_reads_the_url_body_and_timeout_extension(clock: FakeClock):
     assert call.stream is True  # a bare transport leaves the body to its caller
 
 
-def test_fallback_is_not_taken_yet():
-    with pytest.raises(NotImplementedError):
-        ResilientTransport({}, fallback=lambda failed: None)
-
-
 def test_importing_the_package_does_not_load_httpx():
     import subprocess
     import sys

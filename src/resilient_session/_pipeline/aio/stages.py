@@ -23,6 +23,7 @@ from resilient_session._pipeline.stages.breaker import report, reset_throttle, t
 from resilient_session._pipeline.stages.deadline import attempt_value
 from resilient_session._pipeline.stages.decide import decide
 from resilient_session._pipeline.stages.limit import _signal as limit_signal
+from resilient_session._pipeline.stages.send import tell_senders as sync_tell_senders
 from resilient_session._pipeline.stages.try_record import try_record
 from resilient_session._pipeline.wire import ErrorKind
 from resilient_session._state.breaker import BreakerState, TryResult
@@ -31,6 +32,9 @@ from resilient_session._state.limit import Signal
 from .drive import AsyncNext, AsyncTryStage, acompose
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from resilient_session._pipeline.drive import Next
     from resilient_session._state.runtime import Runtime
 
     from .wire import AsyncWire
@@ -51,19 +55,34 @@ def _happy(outcome: Outcome) -> bool:
 async def emit_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     """``stages.events.emit_events_and_tell``, awaited: one ``http.try`` event per try, and
     every hook told the same record."""
-    runtime = attempt.call.runtime
-    clock = runtime.clock
-    started = clock.monotonic()
+    return await _emit(attempt, call_next, False)
+
+
+async def emit_hedge_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``emit_events`` for a hedge of a raced call: its event says so (``hedge``)."""
+    return await _emit(attempt, call_next, True)
+
+
+async def _emit(attempt: Attempt, call_next: AsyncNext, hedge: bool) -> Outcome:
+    started = attempt.call.runtime.clock.monotonic()
     outcome = await call_next(attempt)
+    tell_try(attempt, outcome, started, hedge)
+    return outcome
+
+
+def tell_try(attempt: Attempt, outcome: Outcome, started: float, hedge: bool) -> None:
+    """One ``http.try`` event for *attempt*, begun at *started*, ended in *outcome*, and
+    every try hook told the same record; nothing when no one listens."""
+    runtime = attempt.call.runtime
     if not runtime.hooks and not structlog.is_configured():
-        return outcome
-    record = try_record(attempt, outcome, started, clock.monotonic(), runtime.redact)
+        return
+    end = runtime.clock.monotonic()
+    record = try_record(attempt, outcome, started, end, runtime.redact, hedge)
     logger = logger_for(_INFO)
     if logger is not None:
         logger.info("http.try", **record.event_fields())
     for hook in runtime.hooks:
         hook.on_try(record)
-    return outcome
 
 
 async def spend_budget(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
@@ -128,8 +147,9 @@ async def guard_with_breaker(attempt: Attempt, call_next: AsyncNext, /) -> Outco
     try:
         outcome = await call_next(attempt)
     except BaseException:
-        # A cancelled try gives back its probe: recorded as saying nothing of the host.
-        breaker.record(permit, TryResult.NEUTRAL)
+        # A cancelled try gives back its probe and is no try, as a hedge that lost on the
+        # sync path: it says nothing of the host.
+        breaker.record(permit, TryResult.NEUTRAL, False, False)
         raise
     refused = outcome.refused
     result = TryResult.SUCCESS if _happy(outcome) else try_result(attempt, outcome)
@@ -245,11 +265,17 @@ async def enforce_deadline(attempt: Attempt, call_next: AsyncNext, /) -> Outcome
     return outcome
 
 
-def async_stages(*, hooks: bool = False, senders: bool = False) -> list[AsyncTryStage]:
-    """The async stages, outermost first, as ``standard_slots`` orders the sync ones. A send
-    hook's headers (*senders*) are not yet added to async tries."""
-    return [
-        emit_events,
+async def tell_senders(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
+    """``stages.send.tell_senders`` itself: it hands the try, its headers added, to
+    *call_next* and returns what that returns, here the awaitable of the stages inside."""
+    return await cast("Awaitable[Outcome]", sync_tell_senders(attempt, cast("Next", call_next)))
+
+
+def async_stages(*, senders: bool = False, hedge: bool = False) -> list[AsyncTryStage]:
+    """The async stages, outermost first, as ``standard_slots`` orders the sync ones; with
+    *senders*, the send stage innermost; with *hedge*, each try's event says it is a hedge."""
+    stages: list[AsyncTryStage] = [
+        emit_hedge_events if hedge else emit_events,
         spend_budget,
         decide_tries,
         guard_with_breaker,
@@ -257,11 +283,12 @@ def async_stages(*, hooks: bool = False, senders: bool = False) -> list[AsyncTry
         limit_concurrency,
         enforce_deadline,
     ]
+    if senders:
+        stages.append(tell_senders)
+    return stages
 
 
-def async_chain(transport: AsyncNext, runtime: Runtime) -> AsyncNext:
+def async_chain(transport: AsyncNext, runtime: Runtime, *, hedge: bool = False) -> AsyncNext:
     """The async stages, in the sync chain's order (``stages/__init__.py``), awaited around
     *transport*."""
-    return acompose(
-        async_stages(hooks=bool(runtime.hooks), senders=bool(runtime.senders)), transport
-    )
+    return acompose(async_stages(senders=bool(runtime.senders), hedge=hedge), transport)

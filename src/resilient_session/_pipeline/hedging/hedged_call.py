@@ -17,6 +17,7 @@ from resilient_session._pipeline.attempt import Call, Outcome, first_attempt
 from resilient_session._pipeline.call_stage import Run
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.intent import caller_retries
+from resilient_session._state.hedge import HedgeState
 
 from .race import RACE, Race
 from .racing_stages import racing_chain
@@ -46,16 +47,8 @@ class HedgeCalls:
         )
 
     def __call__(self, call: Call, run: Run, /) -> Outcome:
-        hedge = call.state.hedge
-        if (
-            hedge is None
-            or not call.policy.hedging.enabled  # switched off for this call (resilience=)
-            or call.stream
-            or not call.idempotent
-            or not call.replayable
-            or call.policy.retry.max_attempts < 2
-            or caller_retries()
-        ):
+        hedge = hedgeable(call)
+        if hedge is None:
             return run(call)
         # Copied before the first try sets anything in it: each hedge starts from the caller's.
         race = Race(call, hedge, self._hedge, contextvars.copy_context())
@@ -72,3 +65,20 @@ class HedgeCalls:
         # waited for and looped by drive's resume, as after any try.
         last = first if race.launched == 1 else first.replace(number=race.launched)
         return run.resume(last, outcome)
+
+
+def hedgeable(call: Call) -> HedgeState | None:
+    """The host's hedging state when *call* may be hedged (the module's docstring says
+    when); None when it runs as it would without hedging."""
+    hedge = call.state.hedge
+    if (
+        hedge is None
+        or not call.policy.hedging.enabled  # switched off for this call (resilience=)
+        or call.stream
+        or not call.idempotent
+        or not call.replayable
+        or call.policy.retry.max_attempts < 2
+        or caller_retries()
+    ):
+        return None
+    return hedge
