@@ -116,11 +116,12 @@ def _refusals(harness: Callable[..., Any], url: str) -> Iterator[BaseException]:
     yield harness().run(requests.ReadTimeout, url=url, deadline=1.0, timeout=5.0)[0].error
     # A try of a hedged call that lost its race, as the race tells it.
     hedged = harness({"defaults": {"hedging": {"enabled": True}}})
-    call = hedged.first_attempt(url=url).call
+    lost = hedged.first_attempt(url=url)
+    call = lost.call
     assert call.state.hedge is not None
     race = Race(call, call.state.hedge, lambda attempt: Outcome(), contextvars.copy_context())
     race.close()
-    cancelled = race.cancelled(2).error
+    cancelled = race.cancelled(lost).error
     assert cancelled is not None
     yield cancelled
 

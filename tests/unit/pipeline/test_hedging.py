@@ -129,7 +129,7 @@ def test_the_first_try_to_end_wins_and_every_other_is_cut(harness, launched, cut
     assert cuts == [first_watch]
     assert not race.answered(1, 0.2)
     attempt = h.first_attempt()
-    told = race.settled(attempt, race.cancelled(1))
+    told = race.settled(attempt, race.cancelled(attempt))
     assert (told.decision, told.refused, type(told.error)) == (
         Decision(Verdict.CANCELLED, Reason.HEDGE_LOST),
         None,  # it was sent: its try span ends, it is no refusal

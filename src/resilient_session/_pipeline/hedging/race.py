@@ -25,10 +25,8 @@ from resilient_session._pipeline.attempt import (
     Outcome,
     Reason,
     Verdict,
-    first_attempt,
 )
 from resilient_session._pipeline.drive import Next
-from resilient_session._pipeline.refusal import refuse
 from resilient_session._pipeline.wire import RaceBound
 from resilient_session._state.hedge import HedgeState
 
@@ -160,17 +158,16 @@ class Race:
             return outcome.with_decision(_MAX_ATTEMPTS)
         return outcome
 
-    def cancelled(self, number: int) -> Outcome:
-        """The outcome of try *number*, which lost: no try for any guard."""
+    def cancelled(self, attempt: Attempt) -> Outcome:
+        """The outcome of *attempt*, which lost: no try for any guard."""
         call = self.call
         why = f"try {self.winner} answered first" if self.winner else "the call ended"
-        # Refused as the call's first try would be: about the call's own request, with
-        # nothing to fall back on, as a try that lost never answers the caller (``settled``).
-        return refuse(
-            first_attempt(call),
-            _HEDGE_LOST,
-            f"try {number} of {call.method} {call.state.key} was cancelled: {why}",
-        )
+        message = f"try {attempt.number} of {call.method} {call.state.key} was cancelled: {why}"
+        # About the try's own request, with no earlier try to fall back on (``refuse`` gives
+        # the last one that reached the upstream): a try that lost never answers the caller
+        # (``settled``).
+        error = call.wire.refusal(_HEDGE_LOST, message, attempt.request)
+        return Outcome(error=error, refused=_HEDGE_LOST)
 
     # --- on the timer's thread and the workers ------------------------------------------------
 

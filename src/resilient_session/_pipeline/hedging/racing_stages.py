@@ -36,7 +36,7 @@ def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
     number = attempt.number
     bound = attempt.call.wire.raced()
     if not race.sending(number, bound):
-        return race.cancelled(number)
+        return race.cancelled(attempt)
     started = real_monotonic()
     try:
         with bound:
@@ -47,7 +47,7 @@ def race_try(attempt: Attempt, call_next: Next, /) -> Outcome:
         response = outcome.response
         if response is not None:
             response.close()  # its connection was cut, or its body read: never the caller's
-        return race.cancelled(number)
+        return race.cancelled(attempt)
     bound.pass_on()  # no one cuts a winner: a bound of its that fired, fired at the deadline
     return outcome
 
