@@ -216,8 +216,9 @@ class _StallOnPush:
             self._release.wait(10.0)
 
 
-def _wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll *check* every 5 ms; fail the test past *timeout* seconds."""
+def _wait_until(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Poll *check* every 5 ms; fail the test past *timeout* seconds (a setup step: a sync
+    to Redis, a push followed; 5 s was once too short on a machine loaded with other runs)."""
     until = SYSTEM_CLOCK.monotonic() + timeout
     while not check():
         if SYSTEM_CLOCK.monotonic() > until:
