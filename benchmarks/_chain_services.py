@@ -1,5 +1,7 @@
 """The chain benchmark's services, each in a process of its own: C, a scripted upstream, and B,
-a real service (WSGI under waitress, or ASGI under uvicorn) that calls C once per request.
+a real service (WSGI under waitress, or ASGI under uvicorn) that calls C once per request:
+with a blocking client from a sync endpoint, or, for the async lane, with an async httpx
+client from an async endpoint, the client opened and closed by the app's lifespan.
 
 C answers every request with a 503, or reads it and never answers (a hang). It records each
 request: when it arrived, the call it belongs to (``X-Call-Id``, which B passes on), the two
@@ -16,7 +18,7 @@ import multiprocessing
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
@@ -31,6 +33,9 @@ UNAVAILABLE = (
 # B's own timeouts for its call to C, for every stack: short, so a run without the middleware
 # (where nothing else ends B's wait on a hanging C) still takes seconds, not minutes.
 B_TIMEOUT = (1.0, 2.0)
+# B's clients that are awaited, on uvicorn's loop: AsyncResilientClient, and httpx-retries'
+# RetryTransport as a peer.
+ASYNC_STACKS = ("async", "httpx-retries")
 _P = TypeVar("_P", bound="_Process")
 _START_WAIT = 30.0
 _STOP_WAIT = 10.0
@@ -203,6 +208,26 @@ def urllib3_session() -> requests.Session:
     return session
 
 
+def b_async_client(stack: str, config: dict[str, Any]) -> Any:
+    """B's async client for *stack*: httpx-retries' Retry(3) on 503, or an
+    AsyncResilientClient under *config*; B's timeouts on C are given per request."""
+    if stack == "httpx-retries":
+        return httpx_retries_client()
+    from resilient_session.httpx import AsyncResilientClient
+
+    return AsyncResilientClient(config)
+
+
+def httpx_retries_client(**kwargs: Any) -> Any:
+    """httpx with httpx-retries' Retry(3) on 503 and a small backoff: urllib3's Retry(3) as
+    services mount it, for httpx.AsyncClient."""
+    import httpx
+    from httpx_retries import Retry, RetryTransport
+
+    retry = Retry(total=3, status_forcelist=[503], backoff_factor=0.001)
+    return httpx.AsyncClient(transport=RetryTransport(retry=retry), **kwargs)
+
+
 def _call_c(session: requests.Session, c_url: str, call_id: str) -> tuple[int, bytes]:
     try:
         response = session.get(c_url, headers={CALL_ID: call_id}, timeout=B_TIMEOUT)
@@ -236,12 +261,43 @@ def _asgi_app(session: requests.Session, c_url: str) -> Any:
     return Starlette(routes=[Route("/call", call)])
 
 
+def _async_asgi_app(stack: str, c_url: str, config: dict[str, Any]) -> Any:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    timeout = httpx.Timeout(B_TIMEOUT[1], connect=B_TIMEOUT[0])
+    clients: list[Any] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Made on uvicorn's loop, where it is used, and closed there.
+        async with b_async_client(stack, config) as client:
+            clients.append(client)
+            yield
+
+    async def call(request: Request) -> Response:
+        headers = {CALL_ID: request.headers.get(CALL_ID, "-1")}
+        try:
+            answer = await clients[0].get(c_url, headers=headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            return Response(type(exc).__name__.encode(), status_code=504)
+        return Response(answer.content, status_code=answer.status_code)
+
+    return Starlette(routes=[Route("/call", call)], lifespan=lifespan)
+
+
 def _serve_b(
     conn: Connection, server: str, stack: str, middleware: bool, c_url: str, config: Any
 ) -> None:
     from resilient_session.inbound import ASGIMiddleware, WSGIMiddleware
 
-    session = b_session(stack, config)
+    awaited = stack in ASYNC_STACKS
+    if awaited and server != "uvicorn":
+        raise ValueError(f"an async client runs under uvicorn, not {server}")
+    session = None if awaited else b_session(stack, config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -267,11 +323,19 @@ def _serve_b(
     else:
         import uvicorn
 
-        asgi = _asgi_app(session, c_url)
+        if session is None:
+            asgi = _async_asgi_app(stack, c_url, config)
+        else:
+            asgi = _asgi_app(session, c_url)
         if middleware:
             asgi.add_middleware(ASGIMiddleware, config=config)
         settings = uvicorn.Config(
-            asgi, log_level="warning", lifespan="off", ws="none", http="h11", access_log=False
+            asgi,
+            log_level="warning",
+            lifespan="on" if awaited else "off",
+            ws="none",
+            http="h11",
+            access_log=False,
         )
         uvicorn_server = uvicorn.Server(settings)
         thread = threading.Thread(
@@ -288,11 +352,13 @@ def _serve_b(
     if server != "waitress":
         uvicorn_server.should_exit = True
     thread.join(_STOP_WAIT)
-    session.close()
+    if session is not None:
+        session.close()
 
 
 class B(_Process):
-    """B: *server* ("waitress" or "uvicorn") serving /call, which calls C with *stack*'s client."""
+    """B: *server* ("waitress" or "uvicorn") serving /call, which calls C with *stack*'s client
+    (one of ASYNC_STACKS: under uvicorn, from an async endpoint)."""
 
     def __init__(
         self, server: str, stack: str, middleware: bool, c_url: str, config: dict[str, Any]

@@ -27,8 +27,14 @@ Backoff is tiny everywhere (ResilientSession base 1 ms, cap 5 ms; urllib3 backof
 0.001) so that the run is fast: the counts do not depend on it. B's own timeouts for its call
 to C are 1 s connect and 2 s read, for every stack.
 
+--async runs the same scenarios for async callers instead: A's calls are tasks of one event
+loop (4 at a time), B is a Starlette app under uvicorn whose async endpoint calls C with an
+httpx.AsyncClient its lifespan opens, and the stacks are httpx-retries' Retry(3) on 503 at
+both hops (the peer), AsyncResilientClient at both hops, and the same with B wrapped in
+ASGIMiddleware. No figure is written.
+
 Usage: python benchmarks/chain.py [--calls N] [--hang-calls N] [--only waitress|uvicorn]
-       [--png PATH]
+       [--async] [--png PATH]
 """
 
 from __future__ import annotations
@@ -47,12 +53,15 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import requests
-from _chain_services import CALL_ID, B, C, Try, urllib3_session
+from _chain_services import ASYNC_STACKS, CALL_ID, B, C, Try, httpx_retries_client, urllib3_session
 from _common import table, verdict
 
 from resilient_session import ResilientSession
 from resilient_session.config import BudgetPolicy
+from resilient_session.httpx import AsyncResilientClient
 
 SERVERS = ("waitress", "uvicorn")
 # (label, client, B wrapped in the middleware)
@@ -60,6 +69,12 @@ STACKS = (
     ("urllib3 Retry(3)", "urllib3", False),
     ("ResilientSession", "resilient", False),
     ("ResilientSession + middleware", "resilient", True),
+)
+# --async: the same three, for async callers (B under uvicorn alone).
+ASYNC_STACKS_RUN = (
+    ("httpx-retries Retry(3)", "httpx-retries", False),
+    ("AsyncResilientClient", "async", False),
+    ("AsyncResilientClient + middleware", "async", True),
 )
 # The hang runs the middleware twice: with the default margin_ms, and with one that covers
 # a hop's latency on a loaded machine (docs/methods/chain.md, "Reading the figures").
@@ -142,20 +157,65 @@ def call_b(session: requests.Session, url: str, call_id: int, deadline: float | 
         pass
 
 
+def a_async_client(client: str, settings: dict[str, Any]) -> httpx.AsyncClient:
+    return httpx_retries_client() if client == "httpx-retries" else AsyncResilientClient(settings)
+
+
+async def acall_b(a: httpx.AsyncClient, url: str, call_id: int, deadline: float | None) -> None:
+    """call_b for an async client: httpx-retries takes a 1 s timeout per try for a deadline,
+    as urllib3 does."""
+    headers = {CALL_ID: str(call_id)}
+    try:
+        if isinstance(a, AsyncResilientClient):
+            await a.get(url, headers=headers, deadline=deadline)
+        else:
+            timeout = httpx.Timeout(DEADLINE if deadline is not None else 5.0, connect=1.0)
+            await a.get(url, headers=headers, timeout=timeout)
+    except httpx.HTTPError:
+        pass
+
+
+async def in_tasks(calls: int, one: Any) -> None:
+    """*calls* awaits of ``one()``, CALLERS at a time, each a task of this loop."""
+    left = iter(range(calls))
+
+    async def caller() -> None:
+        for _ in left:
+            await one()
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(CALLERS):
+            tasks.start_soon(caller)
+
+
+async def storm_async(
+    c: C, client: str, settings: dict[str, Any], url: str, calls: int
+) -> tuple[int, int]:
+    """The 503 scenario's calls for an async client: tries at C for the first call, then for
+    the *calls* after it."""
+    async with a_async_client(client, settings) as a:
+        await acall_b(a, url, next_id(), None)
+        first = len(await anyio.to_thread.run_sync(c.collect))
+        await in_tasks(calls, lambda: acall_b(a, url, next_id(), None))
+        tries = len(await anyio.to_thread.run_sync(c.collect))
+    return first, tries
+
+
 def run_storm(
     c: C, server: str, label: str, client: str, wrapped: bool, breakers: bool, calls: int
 ) -> Storm:
     settings = config(breakers)
     c.mode("503")
-    with (
-        B(server, client, wrapped, f"http://127.0.0.1:{c.port}/c", settings) as b,
-        a_session(client, settings) as a,
-    ):
-        call_b(a, b.url, next_id(), None)
-        first = len(c.collect())
-        with ThreadPoolExecutor(CALLERS) as pool:
-            list(pool.map(lambda _: call_b(a, b.url, next_id(), None), range(calls)))
-        tries = len(c.collect())
+    with B(server, client, wrapped, f"http://127.0.0.1:{c.port}/c", settings) as b:
+        if client in ASYNC_STACKS:
+            first, tries = anyio.run(storm_async, c, client, settings, b.url, calls)
+        else:
+            with a_session(client, settings) as a:
+                call_b(a, b.url, next_id(), None)
+                first = len(c.collect())
+                with ThreadPoolExecutor(CALLERS) as pool:
+                    list(pool.map(lambda _: call_b(a, b.url, next_id(), None), range(calls)))
+                tries = len(c.collect())
     return Storm(server, label, breakers, first, calls, tries)
 
 
@@ -165,28 +225,12 @@ def run_hang(
     settings = config(False, margin_ms)
     started: dict[int, float] = {}
     durations: list[float] = []
-    lock = threading.Lock()
-    with (
-        B(server, client, wrapped, f"http://127.0.0.1:{c.port}/c", settings) as b,
-        a_session(client, settings) as a,
-    ):
-        # Warm: connections open and thread pools started, as in a service that is running.
-        c.mode("503")
-        with ThreadPoolExecutor(CALLERS) as pool:
-            list(pool.map(lambda _: call_b(a, b.url, next_id(), None), range(2 * CALLERS)))
-        c.mode("hang")
-
-        def one(_: int) -> None:
-            call_id = next_id()
-            begin = time.monotonic()
-            call_b(a, b.url, call_id, DEADLINE)
-            end = time.monotonic()
-            with lock:
-                started[call_id] = begin
-                durations.append(end - begin)
-
-        with ThreadPoolExecutor(CALLERS) as pool:
-            list(pool.map(one, range(calls)))
+    with B(server, client, wrapped, f"http://127.0.0.1:{c.port}/c", settings) as b:
+        if client in ASYNC_STACKS:
+            anyio.run(hang_async, c, client, settings, b.url, calls, started, durations)
+        else:
+            with a_session(client, settings) as a:
+                hang_sync(c, a, b.url, calls, started, durations)
         # Every try B still has open on C ends by B's own read timeout.
         time.sleep(HANG_DRAIN)
         tries = c.collect()
@@ -209,6 +253,61 @@ def run_hang(
         max(hops, default=float("nan")),
         max(cuts, default=float("nan")),
     )
+
+
+def hang_sync(
+    c: C,
+    a: requests.Session,
+    url: str,
+    calls: int,
+    started: dict[int, float],
+    durations: list[float],
+) -> None:
+    """The hang scenario's calls, on threads: when each began, by call id, and how long each
+    took."""
+    lock = threading.Lock()
+    # Warm: connections open and thread pools started, as in a service that is running.
+    c.mode("503")
+    with ThreadPoolExecutor(CALLERS) as pool:
+        list(pool.map(lambda _: call_b(a, url, next_id(), None), range(2 * CALLERS)))
+    c.mode("hang")
+
+    def one(_: int) -> None:
+        call_id = next_id()
+        begin = time.monotonic()
+        call_b(a, url, call_id, DEADLINE)
+        end = time.monotonic()
+        with lock:
+            started[call_id] = begin
+            durations.append(end - begin)
+
+    with ThreadPoolExecutor(CALLERS) as pool:
+        list(pool.map(one, range(calls)))
+
+
+async def hang_async(
+    c: C,
+    client: str,
+    settings: dict[str, Any],
+    url: str,
+    calls: int,
+    started: dict[int, float],
+    durations: list[float],
+) -> None:
+    """hang_sync for an async client, its calls tasks of one loop."""
+    async with a_async_client(client, settings) as a:
+        await anyio.to_thread.run_sync(c.mode, "503")
+        await in_tasks(2 * CALLERS, lambda: acall_b(a, url, next_id(), None))
+        await anyio.to_thread.run_sync(c.mode, "hang")
+
+        async def one() -> None:
+            call_id = next_id()
+            begin = time.monotonic()
+            await acall_b(a, url, call_id, DEADLINE)
+            started[call_id] = begin
+            durations.append(time.monotonic() - begin)
+
+        await in_tasks(calls, one)
 
 
 def overrun(attempt: Try, started: dict[int, float]) -> float:
@@ -277,9 +376,11 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:+.0f} ms"
 
 
-def targets(storms: Sequence[Storm], hangs: Sequence[Hang]) -> list[list[str]]:
+def targets(
+    storms: Sequence[Storm], hangs: Sequence[Hang], stacks: Sequence[tuple[str, str, bool]]
+) -> list[list[str]]:
     rows: list[list[str]] = []
-    wrapped = STACKS[2][0]
+    peer, wrapped = stacks[0][0], stacks[2][0]
     for s in storms:
         if s.stack == wrapped and not s.breakers:
             bound = 1 + RATIO + 0.05
@@ -301,11 +402,11 @@ def targets(storms: Sequence[Storm], hangs: Sequence[Hang]) -> list[list[str]]:
                     verdict(s.per_call <= 0.05),
                 ]
             )
-        if s.stack == STACKS[0][0]:
+        if s.stack == peer:
             rows.append(
                 [
                     s.server,
-                    "urllib3 Retry(3) at each hop: 16 per call",
+                    f"{peer} at each hop: 16 per call",
                     f"{s.per_call:.2f}",
                     verdict(s.per_call == 16),
                 ]
@@ -387,11 +488,9 @@ def plot(storms: Sequence[Storm], servers: Sequence[str], path: Path) -> None:
     plt.close(figure)
 
 
-def describe_machine() -> str:
-    packages = ", ".join(
-        f"{name} {version(name)}"
-        for name in ("requests", "urllib3", "waitress", "uvicorn", "starlette")
-    )
+def describe_machine(awaited: bool) -> str:
+    names = ("httpx", "anyio", "httpx-retries") if awaited else ("requests", "urllib3", "waitress")
+    packages = ", ".join(f"{name} {version(name)}" for name in (*names, "uvicorn", "starlette"))
     return f"Python {platform.python_version()} on {platform.machine()}, {packages}"
 
 
@@ -402,28 +501,39 @@ def main(argv: list[str] | None = None) -> int:
         "--urllib3-calls",
         type=int,
         default=100,
-        help="503: the same for urllib3, whose count is fixed",
+        help="503: the same for urllib3 (httpx-retries with --async), whose count is fixed",
     )
     parser.add_argument("--hang-calls", type=int, default=24, help="hang: user calls per stack")
     parser.add_argument("--only", choices=SERVERS, help="run B under this server alone")
+    parser.add_argument(
+        "--async",
+        dest="awaited",
+        action="store_true",
+        help="async callers: httpx clients at A and B, B's endpoint async under uvicorn",
+    )
     parser.add_argument("--png", type=Path, default=Path("docs/chain.png"))
     args = parser.parse_args(argv)
-    servers = (args.only,) if args.only else SERVERS
+    if args.awaited and args.only == "waitress":
+        parser.error("--async runs B under uvicorn")
+    servers = ("uvicorn",) if args.awaited else (args.only,) if args.only else SERVERS
+    stacks = ASYNC_STACKS_RUN if args.awaited else STACKS
+    peer = stacks[0][1]
     began = time.monotonic()
-    print(f"chain: {describe_machine()}")
+    print(f"chain: {describe_machine(args.awaited)}")
     print(
-        f"chain: {args.calls} calls per stack ({args.urllib3_calls} for urllib3), {CALLERS} "
-        f"callers; hang: {args.hang_calls} calls with a {DEADLINE:g} s deadline"
+        f"chain: {'async callers, ' if args.awaited else ''}{args.calls} calls per stack "
+        f"({args.urllib3_calls} for {stacks[0][0]}), {CALLERS} callers; "
+        f"hang: {args.hang_calls} calls with a {DEADLINE:g} s deadline"
     )
     storms: list[Storm] = []
     hangs: list[Hang] = []
     with C() as c:
         for server in servers:
-            for label, client, wrapped in STACKS:
+            for label, client, wrapped in stacks:
                 for breakers in (False, True):
-                    if client == "urllib3" and breakers:
+                    if client == peer and breakers:
                         continue  # nothing to turn on
-                    calls = args.urllib3_calls if client == "urllib3" else args.calls
+                    calls = args.urllib3_calls if client == peer else args.calls
                     storms.append(run_storm(c, server, label, client, wrapped, breakers, calls))
                     print(
                         f"chain: {server} {label} 503 guards {'on' if breakers else 'off'} "
@@ -433,8 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                 margins: tuple[int | None, ...] = (None, HANG_MARGIN_MS) if wrapped else (None,)
                 for margin in margins:
                     name = label if margin is None else f"{label}, margin_ms {margin}"
-                    # urllib3's calls all take 4 tries of 1 s: a few show it.
-                    count = min(8, args.hang_calls) if client == "urllib3" else args.hang_calls
+                    # urllib3's (and httpx-retries') calls all take 4 tries of 1 s: a few
+                    # show it.
+                    count = min(8, args.hang_calls) if client == peer else args.hang_calls
                     hangs.append(run_hang(c, server, name, client, wrapped, count, margin))
                     print(
                         f"chain: {server} {name} hang done ({time.monotonic() - began:.0f} s)",
@@ -445,9 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n### C hangs: user calls with a {DEADLINE:g} s deadline at A\n")
     print(hang_table(hangs))
     print("\n### targets\n")
-    rows = targets(storms, hangs)
+    rows = targets(storms, hangs, stacks)
     print(table(["B under", "target", "result", ""], rows))
-    if set(servers) == set(SERVERS):
+    if set(servers) == set(SERVERS) and not args.awaited:
         args.png.parent.mkdir(parents=True, exist_ok=True)
         plot(storms, servers, args.png)
         print(f"\nchain: wrote {args.png}")

@@ -43,14 +43,21 @@ def waitress_server(app: Any, *, threads: int = 8, **adjustments: Any) -> Iterat
 
 
 @contextmanager
-def uvicorn_server(app: Any) -> Iterator[str]:
-    """Serve the ASGI *app* with uvicorn on 127.0.0.1; yields its base URL."""
+def uvicorn_server(app: Any, *, lifespan: bool = False) -> Iterator[str]:
+    """Serve the ASGI *app* with uvicorn on 127.0.0.1; yields its base URL. With *lifespan*
+    the app's startup runs before the URL is yielded and its shutdown before the server
+    stops, on the server's loop (where an app opens and closes its own async clients)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", ws="none", http="h11", access_log=False
+        app,
+        log_level="warning",
+        lifespan="on" if lifespan else "off",
+        ws="none",
+        http="h11",
+        access_log=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from resilient_session import HostRegistry
-from resilient_session.httpx import AsyncResilientClient, ResilientTransport
+from resilient_session.httpx import AsyncResilientClient, ResilientTransport, ResponseTooLarge
 from resilient_session.testing.upstream import FlakyUpstream, Reply
 
+from .flood import Body, Flood
 from .pool_poison import AFTER, CANCELLED, cut_then_call, stock_limits
 
 pytestmark = [pytest.mark.integration, pytest.mark.httpx, pytest.mark.anyio]
@@ -122,3 +123,26 @@ async def test_hedges_cut_by_their_winners_leave_the_pool_healthy(anyio_backend)
     assert seen.reached >= AFTER  # a call queued past the delay is hedged too
     assert state.limit is not None
     assert state.limit.snapshot().in_flight == 0
+
+
+async def test_bodies_cut_by_the_cap_leave_no_reader_for_the_loop(anyio_backend):
+    """20 calls whose chunked body never ends, cut past a 4 KiB cap by the client's own check
+    (not by a cancellation): httpx's and httpcore's readers of each end in the call's task,
+    so a collection finds none for the loop to finalize (trio warns for each), and the call
+    after is answered on the same pool."""
+    config = {"defaults": {"retry": {"max_attempts": 1, "max_response_bytes": 4096}}}
+    with Flood() as flood:
+        flood.script("/endless", Body(framing="chunked"))
+        async with AsyncResilientClient(config, limits=stock_limits(), timeout=TIMEOUT) as client:
+            with anyio.fail_after(30):
+                for _ in range(20):
+                    with pytest.raises(ResponseTooLarge):
+                        await client.get(flood.url("/endless"))
+                # An abandoned generator is finalized here, while the loop runs.
+                gc.collect()
+                await anyio.sleep(0)
+                answered = await client.get(flood.url("/small"))
+        served = flood.settle()
+    assert (answered.status_code, answered.content) == (200, b"xx")
+    assert [one.path for one in served] == ["/endless"] * 20 + ["/small"]
+    assert not any(one.done for one in served[:20])

@@ -108,12 +108,40 @@ class AsyncCheckedStream(httpx.AsyncByteStream):
         over = self.rules.declared_over()
         if over is not None:
             raise over
-        async for chunk in self._inner:
-            self.rules.check(chunk)
+        chunks = aiter(self._inner)
+        async for chunk in chunks:
+            try:
+                self.rules.check(chunk)
+            except (DeadlineExceeded, ResponseTooLarge):
+                await _unwind(chunks)
+                raise
             yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+# Chunks pulled to end the body's generators: what httpcore has read but not yet handed on
+# comes without a wait, a chunk at a time, and a body in memory is short.
+_UNWIND_PULLS = 64
+
+
+async def _unwind(chunks: AsyncIterator[bytes]) -> None:
+    """End the generators that read the body beneath *chunks* (httpx's and httpcore's), in
+    this task: each pull is cancelled at its first wait, so the cancellation runs through
+    every one of them, and httpcore closes the connection as for any cut read. Left suspended
+    instead, they are finalized later by the loop: asyncio closes them on another turn, trio
+    warns (ResourceWarning) for each."""
+    import anyio  # only async calls load it
+
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        for _ in range(_UNWIND_PULLS):
+            try:
+                await anext(chunks)
+            # Ended, at its end or by an error of its own: the check's error is the one raised.
+            except Exception:  # noqa: BLE001
+                return
 
 
 def checked(

@@ -4,9 +4,11 @@ it took."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -17,6 +19,7 @@ from resilient_session.httpx import (
     CircuitOpenError,
     DeadlineExceeded,
     ResilientClient,
+    ResponseTooLarge,
 )
 from resilient_session.testing import FakeClock
 
@@ -102,3 +105,49 @@ async def test_a_cancelled_call_gives_back_its_slot_and_probe(clock: FakeClock):
                 assert state.limit.snapshot().in_flight == 1
                 group.cancel_scope.cancel()
         assert state.limit.snapshot().in_flight == 0
+
+
+class _AsyncDrip(httpx.AsyncByteStream):
+    """A body read as httpcore reads one: each chunk waits on the loop once (its socket read)
+    and takes a second on the fake clock; ``ended`` says whether its generator has finished."""
+
+    def __init__(self, clock: FakeClock, chunks: int) -> None:
+        self.clock, self.chunks, self.ended = clock, chunks, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            for _ in range(self.chunks):
+                await anyio.lowlevel.checkpoint()
+                self.clock.advance(1.0)
+                yield b"x" * 8
+        finally:
+            self.ended = True
+
+
+@pytest.mark.parametrize(
+    ("sections", "deadline", "error"),
+    [
+        ({"retry": {"max_attempts": 1}}, 2.5, DeadlineExceeded),
+        ({"retry": {"max_attempts": 1, "max_response_bytes": 20}}, None, ResponseTooLarge),
+    ],
+)
+async def test_a_body_cut_by_its_checks_ends_its_reader_before_the_call_returns(
+    clock: FakeClock, sections, deadline, error
+):
+    """A chunk past the deadline or over the cap ends the generator reading the body, in the
+    call's own task, as a read cut by a cancellation does: none is left for the loop to
+    finalize (trio warns for each)."""
+    streams: list[_AsyncDrip] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        streams.append(_AsyncDrip(clock, 10))
+        return httpx.Response(200, stream=streams[-1])
+
+    async with client(clock, httpx.MockTransport(handler), **sections) as c:
+        started = clock.monotonic()
+        with anyio.fail_after(5), pytest.raises(error):
+            await c.get(URL, deadline=deadline)
+        (stream,) = streams
+        # Checked before any await: a generator left suspended would not have ended yet.
+        assert stream.ended
+    assert clock.monotonic() - started == 3.0  # the third chunk, at 3 s and 24 bytes
