@@ -77,16 +77,41 @@ def test_a_call_its_first_try_ends_never_enters_the_loop(monkeypatch, clock):
     assert (first, after_entering, second, entered, len(clock.sleeps)) == (200, [], 200, [1], 1)
 
 
-def test_the_attempt_text_is_formatted_once_and_cached(harness):
+def test_the_attempt_text_is_formatted_once_and_cached(harness, monkeypatch):
     """attempt_value gives format_attempt's text, and the same try number and most again
-    come from the cache."""
+    come from the cache: format_attempt runs once for the pair, and the same text returns."""
+    formatted: list[tuple[int, int]] = []
+
+    def counted(number: int, most: int) -> str:
+        formatted.append((number, most))
+        return format_attempt(number, most)
+
+    monkeypatch.setattr(deadline_stage, "format_attempt", counted)
+    monkeypatch.setattr(deadline_stage, "_TEXTS", {})
     attempt = harness().first_attempt()
     most = attempt.call.policy.retry.max_attempts
-    attempt_value(attempt)
-    hits = deadline_stage._attempt_text.cache_info().hits
+    first = attempt_value(attempt)
 
-    assert attempt_value(attempt) == format_attempt(1, most) == f"1; max={most}"
-    assert deadline_stage._attempt_text.cache_info().hits == hits + 1
+    assert attempt_value(attempt) is first
+    assert (first, formatted) == (f"1; max={most}", [(1, most)])
+
+
+def test_the_attempt_texts_kept_are_bounded(monkeypatch):
+    """Past _NUMBERS_KEPT texts of one most, that most's start afresh, and past _MOSTS_KEPT
+    mosts all do: a process keeps a bounded number of texts."""
+    monkeypatch.setattr(deadline_stage, "_TEXTS", {})
+    numbers, mosts = deadline_stage._NUMBERS_KEPT, deadline_stage._MOSTS_KEPT
+    for number in range(numbers + 1):
+        deadline_stage._attempt_text(number, 1)
+    one_most = dict(deadline_stage._TEXTS)
+    for most in range(2, mosts + 2):
+        deadline_stage._attempt_text(1, most)
+
+    last = dict(deadline_stage._TEXTS)
+    assert (one_most, last) == (
+        {1: {numbers: f"{numbers}; max=1"}},
+        {mosts + 1: {1: f"1; max={mosts + 1}"}},
+    )
 
 
 def test_the_callers_intent_is_read_for_a_last_try_alone(harness, monkeypatch):
