@@ -1,9 +1,10 @@
 """Shortcuts of docs/architecture.md's "Hot path" table that no other test pins: the linked
-stages, the first try sent before the loop, the cached attempt text, and the caller's intent
-read only for a last try."""
+stages, the first try sent before the loop, the cached attempt text, the caller's intent read
+only for a last try, and HTTPAdapter.send called by name."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import requests
@@ -11,6 +12,7 @@ from requests.adapters import HTTPAdapter
 
 import resilient_session.adapter as adapter_module
 from resilient_session import ResilientSession
+from resilient_session._adopted_adapters import Around, MountedAround
 from resilient_session._hops import format_attempt
 from resilient_session._pipeline import intent
 from resilient_session._pipeline.attempt import Attempt, Outcome
@@ -133,3 +135,41 @@ def test_the_callers_intent_is_read_for_a_last_try_alone(harness, monkeypatch):
         intent.leave(token)
 
     assert (values, len(reads)) == ([f"1; max={most}", f"{most}; max={most + 1}"], 1)
+
+
+class _Counting(HTTPAdapter):
+    """An adapter class with a send of its own, as a mounted adapter's may have."""
+
+    sends = 0
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        _Counting.sends += 1
+        return super().send(request, **kwargs)
+
+
+def test_a_try_calls_httpadapters_send_by_name_only_when_it_is_next(monkeypatch):
+    """A try goes out through HTTPAdapter.send looked up on each try (a patch of it is seen),
+    without super(); a class list with another send between (a mounted adapter's class)
+    reaches that one through super(), as before."""
+
+    class Between(adapter_module.ResilientAdapter, _Counting):  # type: ignore[misc]  # send's keywords
+        pass
+
+    class Plain(adapter_module.ResilientAdapter):
+        pass
+
+    monkeypatch.setattr(HTTPAdapter, "send", _canned([200, 200, 200]))
+    statuses = []
+    for kind in (adapter_module.ResilientAdapter, Plain, Between):
+        session = requests.Session()
+        session.mount("http://", kind())
+        statuses.append(session.get("http://svc.test/a").status_code)
+    flags = [
+        kind._next_send_is_http
+        for kind in (adapter_module.ResilientAdapter, Plain, Between, Around, MountedAround)
+    ]
+    restored = pickle.loads(pickle.dumps(adapter_module.ResilientAdapter()))  # noqa: S301 - our own bytes
+
+    assert (statuses, _Counting.sends) == ([200, 200, 200], 1)
+    assert flags == [True, True, False, False, False]
+    assert restored._send_by_name is True
