@@ -154,8 +154,7 @@ def checked(
 ) -> Rules | None:
     """Put *response*'s body under the host's cap and, when *deadline_at* is given, the
     deadline, read by awaiting when *awaited* (a body of bytes is both kinds of stream, and
-    only the caller knows which it reads); None (nothing done) when neither applies, which
-    the transport tests first itself, so as not to call this then (hot path: unchecked-body)."""
+    only the caller knows which it reads); None (nothing done) when neither applies."""
     limit = call.state.policy.retry.max_response_bytes
     if limit is None and deadline_at is None:
         return None

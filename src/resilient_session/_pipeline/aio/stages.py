@@ -40,35 +40,19 @@ if TYPE_CHECKING:
     from .wire import AsyncWire
 
 _INFO = logging.INFO
-_structlog_configured = structlog.is_configured
-# hot path: module-constants
 _RETRY = Verdict.RETRY
 _CLOSED = BreakerState.CLOSED
-_DEADLINE_SPENT = Reason.DEADLINE_SPENT
-_BREAKER_SUCCESS = TryResult.SUCCESS
-_LIMIT_SUCCESS = Signal.SUCCESS
-_LIMIT_IGNORE = Signal.IGNORE
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
 
 
+def _happy(outcome: Outcome) -> bool:
+    # hot path: happy
+    response = outcome.response
+    return response is not None and response.status_code < 400 and outcome.error is None
+
+
 async def emit_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
-    """``stages.events.emit_events``, awaited: one ``http.try`` event per try, for a chain
-    whose registry has no hooks (a try no one logs costs no record, nor a clock read)."""
-    outcome = await call_next(attempt)
-    if not _structlog_configured():
-        # hot path: events-off
-        return outcome
-    logger = logger_for(_INFO)
-    if logger is not None:
-        runtime = attempt.call.runtime
-        now = runtime.clock.monotonic()
-        record = try_record(attempt, outcome, now, now, runtime.redact)
-        logger.info("http.try", **record.event_fields())
-    return outcome
-
-
-async def emit_events_and_tell(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     """``stages.events.emit_events_and_tell``, awaited: one ``http.try`` event per try, and
     every hook told the same record."""
     return await _emit(attempt, call_next, False)
@@ -129,10 +113,7 @@ async def spend_budget(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
 async def decide_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     """``stages.decide.decide_tries``, awaited."""
     outcome = await call_next(attempt)
-    response = outcome.response
-    # hot path: happy
-    if response is not None and response.status_code < 400 and outcome.error is None:
-        # hot path: answered
+    if _happy(outcome):
         return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
     decision = decide(attempt, outcome)
     error = outcome.error
@@ -170,20 +151,15 @@ async def guard_with_breaker(attempt: Attempt, call_next: AsyncNext, /) -> Outco
         # sync path: it says nothing of the host.
         breaker.record(permit, TryResult.NEUTRAL, False, False)
         raise
-    response = outcome.response
-    # hot path: happy
-    if response is not None and response.status_code < 400 and outcome.error is None:
-        state, transition = breaker.record(permit, _BREAKER_SUCCESS)
-    else:
-        refused = outcome.refused
-        state, transition = breaker.record(
-            permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
-        )
+    refused = outcome.refused
+    result = TryResult.SUCCESS if _happy(outcome) else try_result(attempt, outcome)
+    state, transition = breaker.record(
+        permit, result, refused is None, refused is Reason.DEADLINE_SPENT
+    )
     if transition is not None:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
         report(attempt, transition)
-    # hot path: answered
     return outcome if outcome.breaker is state else outcome.with_breaker(state)
 
 
@@ -203,9 +179,7 @@ async def throttle_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
                 f"{probability:.1%}: the host failed most recent tries); it was not sent",
             )
     outcome = await call_next(attempt)
-    response = outcome.response
-    # hot path: happy
-    if response is not None and response.status_code < 400 and outcome.error is None:
+    if _happy(outcome):
         throttle.accepted(attempt.call.started_at)
         return outcome
     accepted = meaning_of(outcome, attempt.call).accepted
@@ -230,15 +204,10 @@ async def limit_concurrency(attempt: Attempt, call_next: AsyncNext, /) -> Outcom
             "and no slot freed in time; the try was not sent",
         )
     started = call.runtime.clock.monotonic() if deadline_at is not None else 0.0
-    signal = _LIMIT_IGNORE  # what a try that raised or was cancelled gives back: its slot
+    signal = Signal.IGNORE  # what a try that raised or was cancelled gives back: its slot
     try:
         outcome = await call_next(attempt)
-        response = outcome.response
-        # hot path: happy
-        if response is not None and response.status_code < 400 and outcome.error is None:
-            signal = _LIMIT_SUCCESS
-        else:
-            signal = limit_signal(attempt, outcome, started)
+        signal = Signal.SUCCESS if _happy(outcome) else limit_signal(attempt, outcome, started)
     finally:
         limit.release(signal)
     return outcome
@@ -249,19 +218,14 @@ async def enforce_deadline(attempt: Attempt, call_next: AsyncNext, /) -> Outcome
     (``AsyncWire.abounded``) where the sync one is bounded by its clamped timeouts."""
     call = attempt.call
     deadline_at = call.deadline_at
-    # An async call's wire is an AsyncWire: narrowed by annotation, not typing.cast.
-    # hot path: no-cast
-    wire: AsyncWire = call.wire  # type: ignore[assignment]
+    wire = cast("AsyncWire", call.wire)
     if deadline_at is None:
         attempt_header = call.policy.deadline.attempt_header
         if attempt_header is None:
             return await call_next(attempt)
-        request = attempt.request
         sent = wire.with_headers(
-            request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
+            attempt.request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
         )
-        if sent is request:  # written into the call's own request: no copy, no new attempt
-            return await call_next(attempt)
         return await call_next(attempt.sending(sent, attempt.timeout))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
@@ -307,17 +271,11 @@ async def tell_senders(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     return await cast("Awaitable[Outcome]", sync_tell_senders(attempt, cast("Next", call_next)))
 
 
-def async_stages(
-    *, hooks: bool = False, senders: bool = False, hedge: bool = False
-) -> list[AsyncTryStage]:
+def async_stages(*, senders: bool = False, hedge: bool = False) -> list[AsyncTryStage]:
     """The async stages, outermost first, as ``standard_slots`` orders the sync ones; with
-    *hooks*, the events stage also tells the registry's try hooks; with *senders*, the send
-    stage innermost; with *hedge*, each try's event says it is a hedge (and hooks are told)."""
-    events: AsyncTryStage = (
-        emit_hedge_events if hedge else (emit_events_and_tell if hooks else emit_events)
-    )
+    *senders*, the send stage innermost; with *hedge*, each try's event says it is a hedge."""
     stages: list[AsyncTryStage] = [
-        events,
+        emit_hedge_events if hedge else emit_events,
         spend_budget,
         decide_tries,
         guard_with_breaker,
@@ -333,5 +291,4 @@ def async_stages(
 def async_chain(transport: AsyncNext, runtime: Runtime, *, hedge: bool = False) -> AsyncNext:
     """The async stages, in the sync chain's order (``stages/__init__.py``), awaited around
     *transport*."""
-    stages = async_stages(hooks=bool(runtime.hooks), senders=bool(runtime.senders), hedge=hedge)
-    return acompose(stages, transport)
+    return acompose(async_stages(senders=bool(runtime.senders), hedge=hedge), transport)
