@@ -3,7 +3,7 @@
 Runs the project's instruction meter (``benchmarks/instr_meter.py``) on the canned transport:
 plain ``requests.Session`` against ``ResilientSession()`` with every guard on,
 ``X-Request-Attempt`` sent and events off. It fails when the instructions a call adds over plain
-requests exceed ``CEILING``: the figure measured when the ceiling was last set, plus about 0.5 %
+requests exceed ``CEILING``: the figure measured when the ceiling was last set, plus about 0.3 %
 of a plain call. The guard is on the added count, not the ratio: plain requests scans
 ``os.environ`` for proxies on every call, so its own count (the ratio's denominator) moves with
 the size of the environment; the meter gives both children the same fixed one, so neither
@@ -32,8 +32,12 @@ import tempfile
 # padded five ways: where the heap lies moves a build's count by a few thousand), plus about
 # 0.5 % of plain requests' ~2,185,000 a call. Since the meter gives its children a fixed
 # environment (a shell's and CI's had moved the gap by 8,000), +44,721 to +45,923 by layout at
-# 430b9b6 in CI's venv and path.
-CEILING = 50_000
+# 430b9b6 in CI's venv and path. At 2863020 (the guards folded, the owned mark an attribute,
+# the host found by prefix, HTTPAdapter.send by name): +27,523 (least of +27,523, +28,418 and
+# +27,774 by layout; f68bf39 read +44,792 from the same checkout) in a shell here, where CI's
+# venv and path read the same code at +37,679 to +38,325 (43b829a): the ceiling sits above
+# CI's reading, by about 0.15 % of a plain call.
+CEILING = 41_000
 # Where the heap lies moves one build's count by up to several thousand instructions a call (a
 # module more, a longer checkout path, a bigger environment: none of them a line the calls run).
 # The guard counts the same calls under three layouts and judges the least: a change that really

@@ -13,13 +13,13 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import UNDECIDED, Attempt, Outcome, Verdict, first_attempt
+from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict, first_attempt
 from ._pipeline.call import start_call
 from ._pipeline.call_stage import Run
 from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next, resume
-from ._pipeline.happy import answered
 from ._pipeline.stages import standard_chain
+from ._state.breaker import BreakerState
 from ._state.fallback import FailedCall
 from ._state.registry import HostRegistry
 from ._transport.body import read_body
@@ -32,7 +32,9 @@ from .config import Config, load
 from .errors import ResponseTooLarge
 
 _new_tuple = tuple.__new__
-_RETRY = Verdict.RETRY  # hot path: module-constants
+# hot path: module-constants
+_RETRY = Verdict.RETRY
+_CLOSED = BreakerState.CLOSED
 
 
 class ResilientAdapter(HTTPAdapter):
@@ -55,6 +57,14 @@ class ResilientAdapter(HTTPAdapter):
         **kwargs: passed to ``HTTPAdapter`` (``pool_connections``, ``pool_maxsize``, ...).
     """
 
+    # Whether the send() after this class's in the class list is HTTPAdapter's own; set for
+    # each subclass (__init_subclass__), and copied to each instance, where a try reads it.
+    _next_send_is_http: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._next_send_is_http = _next_send_is_http(cls)
+
     def __init__(
         self,
         config: Config | Mapping[str, Any] | str | os.PathLike[str] | None = None,
@@ -67,6 +77,7 @@ class ResilientAdapter(HTTPAdapter):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._send_by_name = self._next_send_is_http
         if fallback is not None and not callable(fallback):
             raise TypeError(f"fallback must be callable, got {type(fallback).__name__}")
         self._fallback = fallback
@@ -171,10 +182,13 @@ class ResilientAdapter(HTTPAdapter):
                 outcome = resume(self._chain, first, outcome)
         else:
             outcome = calls(call)
-        # The requests wire's answers are requests' responses.
-        # hot path: no-cast
-        response: requests.Response | None = outcome.response  # type: ignore[assignment]
-        if response is not None and outcome.error is None and outcome.fallback is None:
+        # The fields read at once, not one descriptor call each.
+        # hot path: unpacked-outcome
+        answer, error, _, _, _, fallback = outcome
+        if answer is not None and error is None and fallback is None:
+            # The requests wire's answers are requests' responses.
+            # hot path: no-cast
+            response: requests.Response = answer  # type: ignore[assignment]
             return response
         return cast(requests.Response, outcome.unwrap())
 
@@ -182,14 +196,28 @@ class ResilientAdapter(HTTPAdapter):
         """One real try: ``HTTPAdapter.send``, plus the body unless the caller streams."""
         call = attempt.call
         try:
-            response = super().send(
-                attempt.request,
-                stream=call.stream,
-                timeout=attempt.timeout,
-                verify=call.verify,
-                cert=call.cert,
-                proxies=call.proxies,
-            )
+            if self._send_by_name:
+                # super().send without super()'s object, looked up on each try all the same,
+                # so a patch of HTTPAdapter.send (responses) sees every try.
+                # hot path: send-by-name
+                response = HTTPAdapter.send(
+                    self,
+                    attempt.request,
+                    stream=call.stream,
+                    timeout=attempt.timeout,
+                    verify=call.verify,
+                    cert=call.cert,
+                    proxies=call.proxies,
+                )
+            else:
+                response = super().send(
+                    attempt.request,
+                    stream=call.stream,
+                    timeout=attempt.timeout,
+                    verify=call.verify,
+                    cert=call.cert,
+                    proxies=call.proxies,
+                )
         except ResponseTooLarge as exc:
             # Judged by its status, as any answer is (a 503 is retried), and raised if final.
             return Outcome(exc.response, exc)
@@ -210,7 +238,9 @@ class ResilientAdapter(HTTPAdapter):
                 return Outcome(error=exc)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
-            return answered(response)  # hot path: answered
+            # answered(response), written out: a frame less on every happy try.
+            # hot path: answered
+            return _new_tuple(Outcome, (response, None, ANSWERED, None, _CLOSED, None))
         # hot path: positional-tuples
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
@@ -224,9 +254,21 @@ class ResilientAdapter(HTTPAdapter):
         # Config survives pickling; breakers and budgets start afresh (requests' __attrs__ rule).
         config, clock, rng, self._fallback = state.pop("_resilience")
         super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
+        self._send_by_name = self._next_send_is_http
         self._session = None  # the session that unpickles this mounts it again
         self._own_registry = None
         registry = HostRegistry(config, clock=clock, rng=rng)
         self.attach(registry)
         self._own_registry = registry
         track_adapter(self)
+
+
+def _next_send_is_http(cls: type) -> bool:
+    """True when the first ``send`` after ResilientAdapter's in *cls*'s class list is
+    ``HTTPAdapter``'s: no other adapter class (a mounted adapter's, ``_adopted_adapters.py``)
+    has a ``send`` of its own to run in between."""
+    mro = cls.__mro__
+    for klass in mro[mro.index(ResilientAdapter) + 1 :]:
+        if "send" in vars(klass):
+            return klass is HTTPAdapter
+    return False

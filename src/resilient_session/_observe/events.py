@@ -17,6 +17,11 @@ LOGGER_NAME = "resilient_session"
 
 _proxy = structlog.get_logger(LOGGER_NAME)
 
+# The object whose ``is_configured`` ``structlog.is_configured()`` returns (structlog 18.1 on,
+# private to it): the events stage reads the attribute on every try, where the function would
+# cost a frame. tests/unit/observe/test_events.py fails on the upgrade that moves it.
+STRUCTLOG_STATE = structlog._config._CONFIG
+
 
 class _Resolved(NamedTuple):
     config: dict[str, Any]

@@ -55,7 +55,10 @@ def start_call(
     now = runtime.clock.monotonic()
     if url is None:
         url = request.url or ""
-    state = registry.for_url(url)
+    recent = registry.recent
+    # The host of the call before, found by its origin and the path's slash: no frame.
+    # hot path: recent-host
+    state = recent[1] if recent is not None and url.startswith(recent[0]) else registry.for_url(url)
     # Read once a call: a contextvar's get, and on a call without settings of its own nothing
     # more (the per-call view is looked up only under them).
     overrides = current_overrides()

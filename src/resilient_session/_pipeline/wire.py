@@ -99,6 +99,11 @@ class Wire(Protocol):
         (``mark_owned``), written into the request itself."""
         ...
 
+    def with_header(self, request: Any, name: str, value: str, first: bool) -> Any:
+        """``with_headers`` for the one header of a try without a deadline, its attempt
+        header: written without a list of pairs to build and walk, on every such try."""
+        ...
+
     def timeouts(self, timeout: Any) -> tuple[float | None, float | None]:
         """``(connect, read)`` seconds of a timeout the transport accepts; None is no limit."""
         ...

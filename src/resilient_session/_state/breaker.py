@@ -110,6 +110,14 @@ class CircuitBreaker:
         # epoch, and its result is dropped as stale, as if admitted a moment before the change.
         # hot path: closed-admission
         self.closed_admission: tuple[Permit, None] | None = (self._closed_permit, None)
+        # Called before each try is admitted, when set: a fleet's breaker takes in an opening
+        # already on its way to this worker (fleet/push.py). ``aheed`` is the same for a try
+        # made on an event loop, awaited there instead of blocking it (fleet/inbox.py). Set
+        # on the instance, None or not: read before each try, where an attribute the instance
+        # holds reads faster than a default found on the class.
+        # hot path: closed-admission
+        self.heed: Callable[[], None] | None = None
+        self.aheed: Callable[[], Awaitable[None]] | None = None
         self._consecutive_failures = 0
         self._window: deque[bool] | None = (
             deque(maxlen=policy.window) if policy.window is not None else None
@@ -123,12 +131,6 @@ class CircuitBreaker:
         self._failures = 0
         self._rejected = 0
         self._refused_inside = 0
-
-    # Called before each try is admitted, when set: a fleet's breaker takes in an opening
-    # already on its way to this worker (fleet/push.py). ``aheed`` is the same for a try made
-    # on an event loop, awaited there instead of blocking it (fleet/inbox.py).
-    heed: Callable[[], None] | None = None
-    aheed: Callable[[], Awaitable[None]] | None = None
 
     @property
     def state(self) -> BreakerState:

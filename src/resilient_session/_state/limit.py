@@ -151,6 +151,16 @@ class ConcurrencyLimit:
             return self._acquire_when_full(deadline_at)
         return True
 
+    def acquire_now(self) -> bool:
+        """Take a free slot (True) if one is there; False, and nothing taken or waited for,
+        when none is: ``acquire``'s first step, for a caller that then goes its long way."""
+        # hot path: limit-tokens
+        try:
+            self._free.pop()
+        except IndexError:
+            return False
+        return True
+
     def _acquire_when_full(self, deadline_at: float | None) -> bool:
         with self._lock:
             if self._take_or_burst():

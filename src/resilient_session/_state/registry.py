@@ -257,6 +257,11 @@ class HostRegistry:
         # The origin and state most recently moved to the end, so never the next evicted:
         # a client calling one host again finds it without parsing or locking.
         self._last: tuple[str, HostState] | None = None
+        # The same state under its origin with the path's slash after it, for a caller that
+        # finds it with one ``url.startswith`` and no frame (``start_call``); None while no
+        # host was looked up, and always for a config with routes, whose state a path picks.
+        # hot path: recent-host
+        self.recent: tuple[str, HostState] | None = None
         self._routed = self.config.routed
         if self._routed:
             # Only a config with routes looks at a call's path: without, every call runs
@@ -283,7 +288,7 @@ class HostRegistry:
             known = self._hosts.get(key)
             if known is not None:
                 self._hosts.move_to_end(key)
-                self._last = (origin, known)
+                self._remember(origin, known)
                 return known
         # Matching and building happen outside the lock; a racing thread's entry wins.
         config = self.config
@@ -294,11 +299,17 @@ class HostRegistry:
             self._hosts.move_to_end(key)
             while len(self._hosts) > self._max_hosts:
                 self._hosts.popitem(last=False)
-            self._last = (origin, state)
+            self._remember(origin, state)
         # Outside the registry's lock: no code path holds two locks.
         if state is fresh:
             self.backend.added(_held(state))
         return state
+
+    def _remember(self, origin: str, state: HostState) -> None:
+        """*state*, of *origin*, as the one the next call finds first."""
+        self._last = (origin, state)
+        if not self._routed:
+            self.recent = (origin + "/", state)
 
     def _for_url_routed(self, url: str) -> HostState:
         """``for_url`` of a registry whose config has routes: the state of the route of its

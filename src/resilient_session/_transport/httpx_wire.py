@@ -186,6 +186,12 @@ class HttpxWire:
         sent.headers = headers
         return sent
 
+    def with_header(
+        self, request: httpx.Request, name: str, value: str, first: bool = False
+    ) -> httpx.Request:
+        """``with_headers`` for one header."""
+        return self.with_headers(request, ((name, value),), first)
+
     def timeouts(self, timeout: Any) -> tuple[float | None, float | None]:
         """``(connect, read)`` seconds of an extension dict, an ``httpx.Timeout``, a pair or
         seconds; None is no limit."""

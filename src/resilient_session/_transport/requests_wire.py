@@ -54,6 +54,19 @@ class RequestsWire:
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
 
+    def with_header(
+        self, request: requests.PreparedRequest, name: str, value: str, first: bool = False
+    ) -> requests.PreparedRequest:
+        """``with_headers`` for one header: the attempt header of each try of a call without
+        a deadline, so written without a pair to build and a loop over it, its name folded
+        once (``_fold``)."""
+        # hot path: single-header
+        if first and take_owned(request):
+            # hot path: owned
+            header_store(request.headers)[_FOLDED.get(name) or _fold(name)] = (name, value)
+            return request
+        return self.with_headers(request, ((name, value),))
+
     def with_headers(
         self,
         request: requests.PreparedRequest,
@@ -237,5 +250,17 @@ class RequestsWire:
     def mark(self, answer: Any, info: FallbackInfo) -> None:
         mark_fallback(answer, info)
 
+
+def _fold(name: str) -> str:
+    """*name* as a ``CaseInsensitiveDict`` keys it, kept for the next try."""
+    if len(_FOLDED) >= _FOLDED_KEPT:
+        _FOLDED.clear()
+    folded = _FOLDED[name] = name.lower()
+    return folded
+
+
+# The attempt header's name as its store keys it: one name a config, so a handful a process.
+_FOLDED: dict[str, str] = {}
+_FOLDED_KEPT = 64
 
 REQUESTS_WIRE = RequestsWire()

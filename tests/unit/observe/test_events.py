@@ -16,6 +16,7 @@ from dirty_equals import IsFloat
 
 from resilient_session import ResilientSession, log_json_lines
 from resilient_session._observe import render
+from resilient_session._observe.events import STRUCTLOG_STATE
 from resilient_session.testing import FakeClock
 from tests.event_fields import HTTP_TRY_FIELDS
 
@@ -98,6 +99,15 @@ def test_no_output_when_structlog_unconfigured(capsys):
         assert session.get("http://svc.test/").status_code == 200
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "")
+
+
+def test_the_events_stage_reads_the_flag_structlog_is_configured_returns():
+    """STRUCTLOG_STATE.is_configured, read by the events stage on every try, is what
+    structlog.is_configured() says, before an application configures structlog and after."""
+    before = (STRUCTLOG_STATE.is_configured, structlog.is_configured())
+    structlog.configure(processors=[])
+    after = (STRUCTLOG_STATE.is_configured, structlog.is_configured())
+    assert (before, after) == ((False, False), (True, True))
 
 
 def test_json_lines_helper_and_no_secret_headers():

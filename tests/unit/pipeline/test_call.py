@@ -3,6 +3,8 @@ replay rules that say whether a retry may send the request again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import requests
 
 from resilient_session._pipeline.attempt import Call
@@ -85,3 +87,23 @@ def test_a_call_under_settings_runs_on_the_policy_with_them_over_the_hosts(clock
     assert plain.table.of(502, None, False).tier.value != "never"
     assert again.policy is tuned.policy
     assert again.table is tuned.table
+
+
+def test_a_call_finds_the_recent_host_without_asking_the_registry(harness, monkeypatch):
+    """A call to the host the call before went to takes its state from ``recent``; another
+    host, or the same one spelled with userinfo, asks ``for_url``."""
+    h = harness()
+    first = h.first_attempt(url="http://svc.test/items").call.state
+    asked: list[str] = []
+    for_url = h.registry.for_url
+
+    def counted(url: str) -> Any:
+        asked.append(url)
+        return for_url(url)
+
+    monkeypatch.setattr(h.registry, "for_url", counted)
+    again = h.first_attempt(url="http://svc.test/other?page=2").call.state
+    elsewhere = h.first_attempt(url="http://else.test/").call.state
+    spelled = h.first_attempt(url="http://u:p@else.test/x").call.state
+    assert (again is first, spelled is elsewhere, elsewhere is first) == (True, True, False)
+    assert asked == ["http://else.test/", "http://u:p@else.test/x"]

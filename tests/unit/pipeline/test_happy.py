@@ -68,8 +68,8 @@ def test_an_unstamped_happy_answer_is_stamped_the_same_by_the_stages(harness):
 
 def test_every_stage_writes_the_happy_test_one_way():
     """Each happy-path test in the pipeline reads the same expression, so none judges a try
-    the table judges otherwise: four sites, in decide, breaker, throttle and limit, and one
-    their async twins share (aio/stages.py)."""
+    the table judges otherwise: five sites, in decide, breaker, throttle, limit and the
+    guards folded (guards.py), and one their async twins share (aio/stages.py)."""
     assert HAPPY in (PIPELINE / "happy.py").read_text(encoding="utf-8")  # the rule, named
     sites: dict[str, list[str]] = {}
     for path in sorted(PIPELINE.rglob("*.py")):
@@ -78,6 +78,6 @@ def test_every_stage_writes_the_happy_test_one_way():
         for line in path.read_text(encoding="utf-8").splitlines():
             if re.search(r"status_code\s*<\s*400", line):
                 sites.setdefault(path.stem, []).append(line.strip())
-    assert sorted(sites) == ["breaker", "decide", "limit", "stages", "throttle"]
+    assert sorted(sites) == ["breaker", "decide", "guards", "limit", "stages", "throttle"]
     for lines in sites.values():
         assert all(HAPPY in line for line in lines), lines

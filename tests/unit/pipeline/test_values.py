@@ -75,6 +75,8 @@ def test_the_transports_outcome_and_the_first_attempt_hold_each_field_by_name(cl
         "breaker": BreakerState.CLOSED,
         "fallback": None,
     }
+    # The very stamp answered() makes, so decide hands it on by identity.
+    assert (outcome.decision is ANSWERED, outcome.breaker is BreakerState.CLOSED) == (True, True)
     assert outcome.response.content == b"ok"
     adapter.close()
 

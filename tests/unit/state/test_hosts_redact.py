@@ -34,3 +34,24 @@ def test_repeat_call_to_a_plain_url_still_skips_parsing(clock, monkeypatch):
     assert registry.for_url("https://plain.test/b?page=2") is first
     with pytest.raises(AssertionError, match="parsed"):
         registry.for_url("https://u:p@plain.test/b")
+
+
+def test_the_recent_host_is_kept_by_origin_and_slash_without_userinfo(clock):
+    """``recent`` holds the last host looked up under its origin and the path's slash, the
+    password left out, so a call to that host finds it with one ``startswith``."""
+    registry = HostRegistry(load({}), clock=clock)
+    assert registry.recent is None
+    state = registry.for_url("http://user:hunter2@creds.test:8080/x?q=1")
+    assert registry.recent == ("http://creds.test:8080/", state)
+    other = registry.for_url("https://other.test/")
+    assert registry.recent == ("https://other.test/", other)
+
+
+def test_a_registry_with_routes_keeps_no_recent_host(clock):
+    """With routes a path picks the state, so no call may find it by the origin alone."""
+    registry = HostRegistry(
+        load({"hosts": {"svc.test": {"routes": {"/search/*": {}}}}}), clock=clock
+    )
+    host = registry.for_url("http://svc.test/items")
+    route = registry.for_url("http://svc.test/search/q")
+    assert (registry.recent, host is route, route.route) == (None, False, "/search/*")

@@ -138,6 +138,17 @@ def test_with_headers_sends_a_copy_and_leaves_the_callers_request():
     assert request.extensions["timeout"]["read"] == 3.0
 
 
+def test_with_header_sends_a_copy_with_the_one_header():
+    """with_header is with_headers for one pair: always a copy on httpx, first try or not."""
+    request = _request(**{"x-request-attempt": "mine"})
+    sent = WIRE.with_header(request, "X-Request-Attempt", "1; max=4", True)
+    assert sent is not request
+    assert (sent.headers["x-request-attempt"], request.headers["x-request-attempt"]) == (
+        "1; max=4",
+        "mine",
+    )
+
+
 @pytest.mark.parametrize(
     ("timeout", "parts"),
     [

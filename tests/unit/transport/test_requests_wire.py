@@ -88,6 +88,33 @@ def test_an_owned_request_is_copied_for_a_later_try_and_keeps_its_mark():
     assert take_owned(request) is True
 
 
+def test_with_header_writes_one_header_as_with_headers_does():
+    """with_header, the attempt header of a try without a deadline, writes into an owned
+    request on its first try and into a copy otherwise, the name kept as given and matched
+    in any case, as with_headers does."""
+    owned = _request(Accept="text/plain")
+    mark_owned(owned)
+    sent = WIRE.with_header(owned, "X-Request-Attempt", "1; max=3", True)
+    assert (sent is owned, dict(owned.headers)) == (
+        True,
+        {"Accept": "text/plain", "X-Request-Attempt": "1; max=3"},
+    )
+    again = WIRE.with_header(owned, "x-request-ATTEMPT", "2; max=3", True)
+    assert (again is owned, dict(owned.headers)["X-Request-Attempt"]) == (False, "1; max=3")
+    assert dict(again.headers) == {"Accept": "text/plain", "x-request-ATTEMPT": "2; max=3"}
+    assert not hasattr(owned, "_resilient_session_calls_own")
+
+
+def test_the_owned_mark_is_an_attribute_not_a_key_put_in_the_instance_dict():
+    """mark_owned sets an attribute and take_owned deletes it: the request keeps the
+    attributes requests gave it, and nothing of the mark, once its first try took it."""
+    request = _request()
+    before = dict(vars(request))
+    mark_owned(request)
+    marked = getattr(request, "_resilient_session_calls_own", None)
+    assert (marked, take_owned(request), vars(request)) == (True, True, before)
+
+
 def test_only_headers_requests_made_are_marked_owned():
     """Headers replaced by a plain dict have no store to write into: no mark, so a copy."""
     request = _request()

@@ -22,7 +22,7 @@ from resilient_session._pipeline.refusal import refuse
 from resilient_session._pipeline.stages.breaker import report, reset_throttle, try_result
 from resilient_session._pipeline.stages.deadline import attempt_value
 from resilient_session._pipeline.stages.decide import decide
-from resilient_session._pipeline.stages.limit import _signal as limit_signal
+from resilient_session._pipeline.stages.limit import limit_signal
 from resilient_session._pipeline.stages.send import tell_senders as sync_tell_senders
 from resilient_session._pipeline.stages.try_record import try_record
 from resilient_session._pipeline.wire import ErrorKind

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from resilient_session._pipeline.drive import Next, TryStage, compose
+from resilient_session._pipeline.drive import Next, TryStage
 from resilient_session._pipeline.slots import Slots
 
 from .breaker import guard_with_breaker
@@ -18,6 +18,7 @@ from .budget import spend_budget
 from .deadline import enforce_deadline
 from .decide import decide_tries
 from .events import emit_events, emit_events_and_tell
+from .guards import compose_folded
 from .limit import limit_concurrency
 from .send import tell_senders
 from .throttle import throttle_tries
@@ -54,7 +55,9 @@ def standard_stages(*, hooks: bool = False, senders: bool = False) -> list[TrySt
 
 def standard_chain(transport: Next, runtime: Runtime | None = None) -> Next:
     """The standard stages composed around *transport*, telling *runtime*'s hooks if any: the
-    per-try chain every try of a call goes through but a raced one (``_pipeline/chains.py``)."""
+    per-try chain every try of a call goes through but a raced one (``_pipeline/chains.py``).
+    The guards between the events and the deadline run folded into one stage for a try they
+    all admit at once (``guards.py``)."""
     hooks = runtime is not None and bool(runtime.hooks)
     senders = runtime is not None and bool(runtime.senders)
-    return compose(standard_stages(hooks=hooks, senders=senders), transport)
+    return compose_folded(standard_slots(hooks=hooks, senders=senders), transport)

@@ -6,7 +6,13 @@ from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.refusal import refuse
-from resilient_session._state.breaker import BreakerState, Transition, TryResult
+from resilient_session._state.breaker import (
+    BreakerState,
+    CircuitBreaker,
+    Permit,
+    Transition,
+    TryResult,
+)
 
 # The breaker counts this refusal from inside; the throttle and the limit count their own.
 _DEADLINE_SPENT = Reason.DEADLINE_SPENT
@@ -42,16 +48,34 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     # hot path: happy
     if response is not None and response.status_code < 400 and outcome.error is None:
         state, transition = breaker.record(permit, _SUCCESS)
-    else:
-        refused = outcome.refused
-        state, transition = breaker.record(
-            permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
-        )
+        if transition is not None:
+            return settled(attempt, outcome, state, transition)
+        # hot path: answered
+        return outcome if outcome.breaker is state else outcome.with_breaker(state)
+    return recorded(attempt, outcome, breaker, permit)
+
+
+def recorded(
+    attempt: Attempt, outcome: Outcome, breaker: CircuitBreaker, permit: Permit
+) -> Outcome:
+    """*outcome*, of a try *breaker* admitted with *permit* that did not end well, counted
+    and stamped with the breaker's state after it."""
+    refused = outcome.refused
+    state, transition = breaker.record(
+        permit, try_result(attempt, outcome), refused is None, refused is _DEADLINE_SPENT
+    )
+    return settled(attempt, outcome, state, transition)
+
+
+def settled(
+    attempt: Attempt, outcome: Outcome, state: BreakerState, transition: Transition | None
+) -> Outcome:
+    """*outcome* stamped with the breaker's *state*, its *transition* (if any) acted on: the
+    throttle's window emptied by a close, and the change reported."""
     if transition is not None:
         if transition.to_state is _CLOSED:
             reset_throttle(attempt)
         report(attempt, transition)
-    # hot path: answered
     return outcome if outcome.breaker is state else outcome.with_breaker(state)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from resilient_session._pipeline.attempt import Attempt, Decision, Outcome, Reason, Verdict
 from resilient_session._pipeline.drive import Next
+from resilient_session._state.budget import TokenBucket
 
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
 _DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
@@ -24,6 +25,13 @@ def spend_budget(attempt: Attempt, call_next: Next, /) -> Outcome:
     outcome = call_next(attempt)
     if outcome.decision.verdict is not _RETRY:
         return outcome
+    return pay_for_retry(attempt, outcome, bucket)
+
+
+def pay_for_retry(attempt: Attempt, outcome: Outcome, bucket: TokenBucket) -> Outcome:
+    """*outcome*, decided a retry, as the budget lets it stand: a token withdrawn and the
+    answer it replaces released, or a give-up (no token, or a body that outlasted the
+    deadline)."""
     if not bucket.try_withdraw():
         return outcome.with_decision(_BUDGET_EXHAUSTED)
     answer = outcome.response

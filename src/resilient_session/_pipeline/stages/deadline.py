@@ -4,8 +4,6 @@ upstream what is left of the deadline and which try this is; the call's wire
 
 from __future__ import annotations
 
-import functools
-
 from resilient_session._hops import format_attempt
 from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.drive import Next
@@ -22,8 +20,9 @@ def enforce_deadline(attempt: Attempt, call_next: Next, /) -> Outcome:
         if attempt_header is None:
             return call_next(attempt)
         request = attempt.request
-        sent = call.wire.with_headers(
-            request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
+        # hot path: single-header
+        sent = call.wire.with_header(
+            request, attempt_header, attempt_value(attempt), attempt.number == 1
         )
         if sent is request:  # written into the call's own request: no copy, no new attempt
             return call_next(attempt)
@@ -80,9 +79,29 @@ def attempt_value(attempt: Attempt) -> str:
     # hot path: last-try-intent
     if most <= number and caller_retries():
         most = number + 1
+    # hot path: attempt-text
+    texts = _TEXTS.get(most)
+    if texts is not None:
+        text = texts.get(number)
+        if text is not None:
+            return text
     return _attempt_text(number, most)
 
 
-# At most 100 tries a call (retry.max_attempts), so a few hundred texts cover every call.
-# hot path: attempt-text
-_attempt_text = functools.lru_cache(maxsize=1024)(format_attempt)
+# The texts by the most tries, then by the try number: two lookups by an int cost less than
+# one by a tuple of two (built and hashed each time) or an lru_cache's. At most 100 tries a
+# call (retry.max_attempts), so these bounds are never reached by a config's own calls.
+_TEXTS: dict[int, dict[int, str]] = {}
+_MOSTS_KEPT = 128
+_NUMBERS_KEPT = 128
+
+
+def _attempt_text(number: int, most: int) -> str:
+    """``format_attempt(number, most)``, kept in ``_TEXTS`` for the next try that asks."""
+    texts = _TEXTS.get(most)
+    if texts is None or len(texts) >= _NUMBERS_KEPT:
+        if len(_TEXTS) >= _MOSTS_KEPT:
+            _TEXTS.clear()
+        texts = _TEXTS[most] = {}
+    text = texts[number] = format_attempt(number, most)
+    return text

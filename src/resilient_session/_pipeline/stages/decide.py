@@ -36,6 +36,11 @@ def decide_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     if response is not None and response.status_code < 400 and outcome.error is None:
         # hot path: answered
         return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
+    return decided(attempt, outcome)
+
+
+def decided(attempt: Attempt, outcome: Outcome) -> Outcome:
+    """*outcome*, of a try that did not end well, with its decision."""
     decision = decide(attempt, outcome)
     error = outcome.error
     if (

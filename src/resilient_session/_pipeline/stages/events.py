@@ -5,25 +5,24 @@ from __future__ import annotations
 
 import logging
 
-import structlog
-
-from resilient_session._observe.events import logger_for
+from resilient_session._observe.events import STRUCTLOG_STATE, logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next
 
 from .try_record import try_record
 
 _INFO = logging.INFO
-_structlog_configured = structlog.is_configured
+_STRUCTLOG = STRUCTLOG_STATE
 
 
 def emit_events(attempt: Attempt, call_next: Next, /) -> Outcome:
     """Outermost, so the event sees every inner stage's word on the try. The stage of a
     chain whose registry has no hooks: a try no one logs costs no record."""
     outcome = call_next(attempt)
-    if not _structlog_configured():
-        # Events off until the application configures structlog, which logger_for says too.
-        # hot path: events-off
+    # Events off until the application configures structlog, which logger_for says too; read
+    # as structlog.is_configured() reads it, without its frame.
+    # hot path: events-off
+    if not _STRUCTLOG.is_configured:
         return outcome
     logger = logger_for(_INFO)
     if logger is not None:

@@ -39,13 +39,13 @@ def limit_concurrency(attempt: Attempt, call_next: Next, /) -> Outcome:
         if response is not None and response.status_code < 400 and outcome.error is None:
             signal = _SUCCESS
         else:
-            signal = _signal(attempt, outcome, started)
+            signal = limit_signal(attempt, outcome, started)
     finally:
         limit.release(signal)
     return outcome
 
 
-def _signal(attempt: Attempt, outcome: Outcome, started: float) -> Signal:
+def limit_signal(attempt: Attempt, outcome: Outcome, started: float) -> Signal:
     """What the try says about the host's capacity: its row of the host's table
     (state.meaning), but for one case the table cannot know.
 

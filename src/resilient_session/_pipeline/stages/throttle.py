@@ -6,6 +6,7 @@ from resilient_session._pipeline.attempt import Attempt, Outcome, Reason
 from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.refusal import refuse
+from resilient_session._state.throttle import AdaptiveThrottle
 
 
 def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
@@ -32,6 +33,12 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     if response is not None and response.status_code < 400 and outcome.error is None:
         throttle.accepted(attempt.call.started_at)
         return outcome
+    count_answer(attempt, outcome, throttle)
+    return outcome
+
+
+def count_answer(attempt: Attempt, outcome: Outcome, throttle: AdaptiveThrottle) -> None:
+    """Count in *throttle* a try that did not end well, if it was a try of the host's."""
     accepted = meaning_of(outcome, attempt.call).accepted
     if accepted is not None:
         throttle.record(accepted)
@@ -40,4 +47,3 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     # caller was in a hurry, and a TLS or URL error is ours. Counted as tries without an
     # accept they would read as failures, and one impatient caller would throttle a healthy
     # host for every other caller of the session.
-    return outcome
