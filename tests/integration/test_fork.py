@@ -265,8 +265,10 @@ def test_what_a_parents_thread_holds_at_the_fork_is_not_the_childs(echo, state, 
             SYSTEM_CLOCK.sleep(1.0)
         threads = _holding(session, echo, 2 if held == "limit_slots" else 1)
         children = [_fork(lambda: _call_once(session, echo))]
-        echo.released.set()
+        # The parent's tries end only once the child has reported: a parent's probe answered
+        # first closes the fleet's breaker, which a redis-backed child then rightly follows.
         reports = _collect(children)
+        echo.released.set()
     finally:
         echo.released.set()
         for thread in threads:
