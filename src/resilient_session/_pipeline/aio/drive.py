@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, cast
 
 from resilient_session._pipeline.attempt import Attempt, Outcome, Verdict
+from resilient_session._pipeline.drive import Next, TryStage, compose
 
 AsyncNext: TypeAlias = Callable[[Attempt], Awaitable[Outcome]]
 
@@ -19,16 +20,14 @@ class AsyncTryStage(Protocol):
 
 
 def acompose(stages: Sequence[AsyncTryStage], transport: AsyncNext) -> AsyncNext:
-    """Chain *stages* around *transport*; the first one is the outermost."""
-    handler = transport
-    for stage in reversed(stages):
-        handler = _link(stage, handler)
-    return handler
+    """Chain *stages* around *transport*; the first one is the outermost.
 
-
-def _link(stage: AsyncTryStage, call_next: AsyncNext) -> AsyncNext:
-    # One scope per link, so each closure keeps its own call_next.
-    return lambda attempt: stage(attempt, call_next)
+    Linked as the sync stages are (``drive.compose``): a coroutine function's copy whose
+    ``call_next`` is a default is called with the attempt alone and returns the stage's own
+    coroutine, with no frame of a link's in between.
+    """
+    # hot path: linked-stages
+    return cast(AsyncNext, compose(cast("Sequence[TryStage]", stages), cast(Next, transport)))
 
 
 async def aresume(handler: AsyncNext, attempt: Attempt, outcome: Outcome) -> Outcome:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, cast
 
-import structlog
-
-from resilient_session._observe.events import logger_for
+from resilient_session._observe.events import STRUCTLOG_STATE, logger_for
 from resilient_session._pipeline.attempt import (
     ANSWERED,
     Attempt,
@@ -30,6 +28,7 @@ from resilient_session._state.breaker import BreakerState, TryResult
 from resilient_session._state.limit import Signal
 
 from .drive import AsyncNext, AsyncTryStage, acompose
+from .guards import linked_guards
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from .wire import AsyncWire
 
 _INFO = logging.INFO
+_STRUCTLOG = STRUCTLOG_STATE
 _RETRY = Verdict.RETRY
 _CLOSED = BreakerState.CLOSED
 _BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
@@ -54,8 +54,20 @@ def _happy(outcome: Outcome) -> bool:
 
 async def emit_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     """``stages.events.emit_events_and_tell``, awaited: one ``http.try`` event per try, and
-    every hook told the same record."""
-    return await _emit(attempt, call_next, False)
+    every hook told the same record.
+
+    A try no one listens to (no hook, structlog not configured) reads no clock and makes no
+    record: structlog's own flag is read before and after it, as the sync stage reads it.
+    """
+    if attempt.call.runtime.hooks or _STRUCTLOG.is_configured:
+        return await _emit(attempt, call_next, False)
+    outcome = await call_next(attempt)
+    # hot path: events-off
+    if not _STRUCTLOG.is_configured:
+        return outcome
+    # Configured while the try ran: told as the sync stage tells a try, from its end.
+    tell_try(attempt, outcome, attempt.call.runtime.clock.monotonic(), False)
+    return outcome
 
 
 async def emit_hedge_events(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
@@ -74,7 +86,7 @@ def tell_try(attempt: Attempt, outcome: Outcome, started: float, hedge: bool) ->
     """One ``http.try`` event for *attempt*, begun at *started*, ended in *outcome*, and
     every try hook told the same record; nothing when no one listens."""
     runtime = attempt.call.runtime
-    if not runtime.hooks and not structlog.is_configured():
+    if not runtime.hooks and not _STRUCTLOG.is_configured:
         return
     end = runtime.clock.monotonic()
     record = try_record(attempt, outcome, started, end, runtime.redact, hedge)
@@ -218,14 +230,20 @@ async def enforce_deadline(attempt: Attempt, call_next: AsyncNext, /) -> Outcome
     (``AsyncWire.abounded``) where the sync one is bounded by its clamped timeouts."""
     call = attempt.call
     deadline_at = call.deadline_at
-    wire = cast("AsyncWire", call.wire)
+    # An async call's wire is an AsyncWire: narrowed by annotation, not typing.cast.
+    # hot path: no-cast
+    wire: AsyncWire = call.wire  # type: ignore[assignment]
     if deadline_at is None:
         attempt_header = call.policy.deadline.attempt_header
         if attempt_header is None:
             return await call_next(attempt)
-        sent = wire.with_headers(
-            attempt.request, ((attempt_header, attempt_value(attempt)),), attempt.number == 1
+        request = attempt.request
+        # hot path: single-header
+        sent = wire.with_header(
+            request, attempt_header, attempt_value(attempt), attempt.number == 1
         )
+        if sent is request:  # written into the call's own request: no copy, no new attempt
+            return await call_next(attempt)
         return await call_next(attempt.sending(sent, attempt.timeout))
     remaining = deadline_at - call.runtime.clock.monotonic()
     if remaining <= 0:
@@ -290,5 +308,13 @@ def async_stages(*, senders: bool = False, hedge: bool = False) -> list[AsyncTry
 
 def async_chain(transport: AsyncNext, runtime: Runtime, *, hedge: bool = False) -> AsyncNext:
     """The async stages, in the sync chain's order (``stages/__init__.py``), awaited around
-    *transport*."""
-    return acompose(async_stages(senders=bool(runtime.senders), hedge=hedge), transport)
+    *transport*; the five guards between the events and the deadline run folded into one
+    stage for a try they all admit at once (``guards.py``), as ``standard_chain`` runs them."""
+    stages = async_stages(senders=bool(runtime.senders), hedge=hedge)
+    inner = acompose(stages[_FOLDED_END:], transport)
+    guarded = acompose(stages[1:_FOLDED_END], inner)
+    return acompose(stages[:1], linked_guards(inner, guarded))
+
+
+# The guards' run in async_stages: budget, decide, breaker, throttle and limit.
+_FOLDED_END = 6
