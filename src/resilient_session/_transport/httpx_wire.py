@@ -34,12 +34,12 @@ from resilient_session._state.try_table import ErrorKind
 from resilient_session.clock import SYSTEM_CLOCK
 
 from . import httpx_errors
+from .httpx_compat import copied_request, headers_with
 from .httpx_errors import DeadlineExceeded
 
 # What a retried answer's body is read up to, so it still reads should the call end with it.
 DRAIN_LIMIT: Final = 64 * 1024
 
-_new_object = object.__new__
 _monotonic = SYSTEM_CLOCK.monotonic
 
 
@@ -178,19 +178,20 @@ class HttpxWire:
     ) -> httpx.Request:
         """A copy of *request* sending the ``(name, value)`` *pairs* too (a name of another
         case replaced). Always a copy, *first* or not: httpx's client builds a redirect hop
-        and an auth flow's next request from the request it handed the transport."""
-        sent = copied(request)
-        headers = request.headers.copy()
-        for name, value in pairs:
-            headers[name] = value
-        sent.headers = headers
+        and an auth flow's next request from the request it handed the transport, hands it
+        back as the answer's ``request``, and a mock (respx, pytest-httpx) keeps each try's."""
+        sent = copied_request(request)
+        sent.headers = headers_with(request.headers, pairs)
         return sent
 
     def with_header(
         self, request: httpx.Request, name: str, value: str, first: bool = False
     ) -> httpx.Request:
         """``with_headers`` for one header."""
-        return self.with_headers(request, ((name, value),), first)
+        # hot path: single-header
+        sent = copied_request(request)
+        sent.headers = headers_with(request.headers, ((name, value),))
+        return sent
 
     def timeouts(self, timeout: Any) -> tuple[float | None, float | None]:
         """``(connect, read)`` seconds of an extension dict, an ``httpx.Timeout``, a pair or
@@ -347,12 +348,8 @@ class HttpxWire:
         mark_fallback(answer, info)
 
 
-def copied(request: httpx.Request) -> httpx.Request:
-    """A shallow copy of *request*: the same body and URL, its own header map and extensions."""
-    sent: httpx.Request = _new_object(httpx.Request)
-    sent.__dict__ = request.__dict__.copy()
-    sent.extensions = dict(request.extensions)
-    return sent
+# A shallow copy of a request: the same body, URL and header map, its own extensions.
+copied = copied_request
 
 
 def with_timeout(request: httpx.Request, timeout: dict[str, float | None]) -> httpx.Request:

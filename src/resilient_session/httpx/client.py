@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Final
 
 import httpx
 
 from resilient_session._observe.hooks import TryHook
 from resilient_session._state.fallback import FailedCall
 from resilient_session._state.registry import HostRegistry
+from resilient_session._state.runtime import Runtime
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.deadline import DeadlineScope, call_scope, narrowed
@@ -38,17 +39,44 @@ _TRANSPORT_OPTIONS = ("verify", "cert", "trust_env", "http1", "http2", "limits")
 ConfigSource = Config | Mapping[str, Any] | str | os.PathLike[str] | None
 
 
+# What httpx's own request() is, to tell it from a patched one.
+_CLIENT_REQUEST: Final = httpx.Client.request
+_ASYNC_CLIENT_REQUEST: Final = httpx.AsyncClient.request
+# The keywords httpx's request() hands on to build_request() and send() unchanged; any other
+# (cookies=, which it warns of, or a misspelt one, which it refuses) goes through it.
+_STEP_KEYWORDS: Final = frozenset(
+    ("content", "data", "files", "json", "params", "headers", "timeout", "extensions", "auth",
+     "follow_redirects")
+)  # fmt: skip
+_USE_CLIENT_DEFAULT: Any = httpx.USE_CLIENT_DEFAULT
+
+
 def _transport_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {name: kwargs[name] for name in _TRANSPORT_OPTIONS if name in kwargs}
+
+
+def _runs_client_steps(cls: type, ours: type, theirs: type) -> bool:
+    """True when *cls* (*ours* or a subclass) sends with *ours*' ``send``, and the first
+    ``request`` and ``send`` after *ours* in its class list are httpx's client's (*theirs*):
+    no class of the user's or a mixin's runs in between."""
+    mro = cls.__mro__
+    if next(klass for klass in mro if "send" in vars(klass)) is not ours:
+        return False
+    after = mro[mro.index(ours) + 1 :]
+    for name in ("request", "send"):
+        if next((klass for klass in after if name in vars(klass)), None) is not theirs:
+            return False
+    return True
 
 
 class _Deadlines:
     """``deadline=`` as ``ResilientSession`` takes it: the scope a call runs in."""
 
     _resilient: ResilientTransport
+    _runtime: Runtime
 
     def _scope(self, deadline: Any) -> DeadlineScope | None:
-        runtime = self._resilient.registry.runtime
+        runtime = self._runtime
         if deadline is not UNSET:
             return narrowed(deadline, runtime.clock, explicit=True)
         if runtime.default_deadline:
@@ -92,7 +120,16 @@ class ResilientClient(_Deadlines, httpx.Client):
         )  # fmt: skip
         # Made here, so closed with the resilient transport, which httpx's client closes.
         self._resilient._own_inner = made
+        self._resilient._reads_body = True
+        self._runtime = self._resilient.registry.runtime
         super().__init__(transport=self._resilient, **kwargs)
+
+    # Whether request() may run httpx's request() steps itself (_runs_client_steps).
+    _client_steps: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._client_steps = _runs_client_steps(cls, ResilientClient, httpx.Client)
 
     @property
     def registry(self) -> HostRegistry:
@@ -103,46 +140,101 @@ class ResilientClient(_Deadlines, httpx.Client):
     ) -> httpx.Response:
         """As ``httpx.Client.request``, plus ``deadline=``: seconds for the whole call, every
         try, wait and redirect hop (as ``ResilientSession.request`` takes it)."""
-        scope = self._scope(deadline)
-        if scope is None:
-            return super().request(method, url, **kwargs)
-        token = enter_scope(scope)
+        # A call without a deadline of any kind asks for no scope.
+        if deadline is UNSET and not self._runtime.default_deadline:
+            token = None
+        else:
+            scope = self._scope(deadline)
+            token = None if scope is None else enter_scope(scope)
         try:
+            if (
+                self._client_steps
+                and httpx.Client.request is _CLIENT_REQUEST
+                and (not kwargs or kwargs.keys() <= _STEP_KEYWORDS)
+            ):
+                # httpx's request() steps, run here, and our send()'s for a body read in the
+                # try: two frames fewer, one of them passing eleven keywords on. httpx's send
+                # is the next after ours in the class list (_runs_client_steps).
+                # hot path: client-steps
+                if kwargs:
+                    auth = kwargs.pop("auth", _USE_CLIENT_DEFAULT)
+                    follow_redirects = kwargs.pop("follow_redirects", _USE_CLIENT_DEFAULT)
+                    request = self.build_request(method, url, **kwargs)
+                else:
+                    # hot path: verb-call
+                    auth = follow_redirects = _USE_CLIENT_DEFAULT
+                    request = self.build_request(method, url)
+                if READ_BODY.get() is not False:
+                    # The transport made here reads the body unless told otherwise.
+                    # hot path: body-default
+                    return httpx.Client.send(
+                        self, request, auth=auth, follow_redirects=follow_redirects
+                    )
+                read_body = READ_BODY.set(True)
+                try:
+                    return httpx.Client.send(
+                        self, request, auth=auth, follow_redirects=follow_redirects
+                    )
+                finally:
+                    READ_BODY.reset(read_body)
             return super().request(method, url, **kwargs)
         finally:
-            leave_scope(token)
+            if token is not None:
+                leave_scope(token)
 
     def send(
         self, request: httpx.Request, *, stream: bool = False, **kwargs: Any
     ) -> httpx.Response:
+        # The transport made here reads the body inside the try unless the send streams it:
+        # a streamed send says so, and a send inside one (an auth flow's, a hook's) says not.
         if stream:
-            return super().send(request, stream=True, **kwargs)
-        token = READ_BODY.set(True)
-        try:
+            token = READ_BODY.set(False)
+        elif READ_BODY.get() is False:
+            token = READ_BODY.set(True)
+        else:
             return super().send(request, stream=False, **kwargs)
+        try:
+            return super().send(request, stream=stream, **kwargs)
         finally:
             READ_BODY.reset(token)
 
+    # Each verb calls request() without ** when given no keyword: a call through ** with
+    # nothing in it still builds a tuple of the arguments and a dict.
+    # hot path: verb-call
     def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("GET", url, **kwargs)
+        if kwargs:
+            return self.request("GET", url, **kwargs)
+        return self.request("GET", url)
 
     def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("OPTIONS", url, **kwargs)
+        if kwargs:
+            return self.request("OPTIONS", url, **kwargs)
+        return self.request("OPTIONS", url)
 
     def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("HEAD", url, **kwargs)
+        if kwargs:
+            return self.request("HEAD", url, **kwargs)
+        return self.request("HEAD", url)
 
     def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("POST", url, **kwargs)
+        if kwargs:
+            return self.request("POST", url, **kwargs)
+        return self.request("POST", url)
 
     def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("PUT", url, **kwargs)
+        if kwargs:
+            return self.request("PUT", url, **kwargs)
+        return self.request("PUT", url)
 
     def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("PATCH", url, **kwargs)
+        if kwargs:
+            return self.request("PATCH", url, **kwargs)
+        return self.request("PATCH", url)
 
     def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return self.request("DELETE", url, **kwargs)
+        if kwargs:
+            return self.request("DELETE", url, **kwargs)
+        return self.request("DELETE", url)
 
 
 class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
@@ -182,7 +274,16 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         )  # fmt: skip
         # Made here, so closed with the resilient transport, which httpx's client closes.
         self._resilient._own_async_inner = made
+        self._resilient._reads_body = True
+        self._runtime = self._resilient.registry.runtime
         super().__init__(transport=self._resilient, **kwargs)
+
+    # Whether request() may run httpx's request() steps itself (_runs_client_steps).
+    _client_steps: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._client_steps = _runs_client_steps(cls, AsyncResilientClient, httpx.AsyncClient)
 
     @property
     def registry(self) -> HostRegistry:
@@ -192,45 +293,95 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         self, method: str, url: httpx.URL | str, *, deadline: float | None = UNSET, **kwargs: Any
     ) -> httpx.Response:
         """As ``httpx.AsyncClient.request``, plus ``deadline=``."""
-        scope = self._scope(deadline)
-        if scope is None:
-            return await super().request(method, url, **kwargs)
-        # The scope lives in a contextvar, which each task has a copy of: set and reset here,
-        # in this task, around the awaited call.
-        token = enter_scope(scope)
+        # A call without a deadline of any kind asks for no scope. A scope lives in a
+        # contextvar, which each task has a copy of: set and reset here, in this task, around
+        # the awaited call.
+        if deadline is UNSET and not self._runtime.default_deadline:
+            token = None
+        else:
+            scope = self._scope(deadline)
+            token = None if scope is None else enter_scope(scope)
         try:
+            if (
+                self._client_steps
+                and httpx.AsyncClient.request is _ASYNC_CLIENT_REQUEST
+                and (not kwargs or kwargs.keys() <= _STEP_KEYWORDS)
+            ):
+                # As ResilientClient.request runs them.
+                # hot path: client-steps
+                if kwargs:
+                    auth = kwargs.pop("auth", _USE_CLIENT_DEFAULT)
+                    follow_redirects = kwargs.pop("follow_redirects", _USE_CLIENT_DEFAULT)
+                    request = self.build_request(method, url, **kwargs)
+                else:
+                    # hot path: verb-call
+                    auth = follow_redirects = _USE_CLIENT_DEFAULT
+                    request = self.build_request(method, url)
+                if READ_BODY.get() is not False:
+                    # hot path: body-default
+                    return await httpx.AsyncClient.send(
+                        self, request, auth=auth, follow_redirects=follow_redirects
+                    )
+                read_body = READ_BODY.set(True)
+                try:
+                    return await httpx.AsyncClient.send(
+                        self, request, auth=auth, follow_redirects=follow_redirects
+                    )
+                finally:
+                    READ_BODY.reset(read_body)
             return await super().request(method, url, **kwargs)
         finally:
-            leave_scope(token)
+            if token is not None:
+                leave_scope(token)
 
     async def send(
         self, request: httpx.Request, *, stream: bool = False, **kwargs: Any
     ) -> httpx.Response:
+        # As ResilientClient.send says.
         if stream:
-            return await super().send(request, stream=True, **kwargs)
-        token = READ_BODY.set(True)
-        try:
+            token = READ_BODY.set(False)
+        elif READ_BODY.get() is False:
+            token = READ_BODY.set(True)
+        else:
             return await super().send(request, stream=False, **kwargs)
+        try:
+            return await super().send(request, stream=stream, **kwargs)
         finally:
             READ_BODY.reset(token)
 
+    # As ResilientClient's verbs call it.
+    # hot path: verb-call
     async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("GET", url, **kwargs)
+        if kwargs:
+            return await self.request("GET", url, **kwargs)
+        return await self.request("GET", url)
 
     async def options(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("OPTIONS", url, **kwargs)
+        if kwargs:
+            return await self.request("OPTIONS", url, **kwargs)
+        return await self.request("OPTIONS", url)
 
     async def head(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("HEAD", url, **kwargs)
+        if kwargs:
+            return await self.request("HEAD", url, **kwargs)
+        return await self.request("HEAD", url)
 
     async def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("POST", url, **kwargs)
+        if kwargs:
+            return await self.request("POST", url, **kwargs)
+        return await self.request("POST", url)
 
     async def put(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("PUT", url, **kwargs)
+        if kwargs:
+            return await self.request("PUT", url, **kwargs)
+        return await self.request("PUT", url)
 
     async def patch(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("PATCH", url, **kwargs)
+        if kwargs:
+            return await self.request("PATCH", url, **kwargs)
+        return await self.request("PATCH", url)
 
     async def delete(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("DELETE", url, **kwargs)
+        if kwargs:
+            return await self.request("DELETE", url, **kwargs)
+        return await self.request("DELETE", url)

@@ -31,6 +31,7 @@ from resilient_session._pipeline.happy import answered
 from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.registry import HostRegistry
 from resilient_session._transport.httpx_body import checked, unbound_deadline
+from resilient_session._transport.httpx_compat import RESPONSE_REQUEST, request_body, url_text
 from resilient_session._transport.httpx_errors import ResponseTooLarge
 from resilient_session._transport.httpx_pool_guard import poisons_on_cancel, send_guarded
 from resilient_session._transport.httpx_wire import HTTPX_WIRE, extension_timeout, with_timeout
@@ -49,10 +50,12 @@ def _shielded() -> Any:
 
 _RETRY = Verdict.RETRY
 
-# Set by ResilientClient and AsyncResilientClient around a non-streamed send: the body is then
-# read inside each try. A bare transport returns at the headers, as httpx's own do.
-READ_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "resilient_session_httpx_read_body", default=False
+# Whether a try reads the body: set by ResilientClient and AsyncResilientClient around a
+# streamed send (False) and a send made inside one (True). Unset, the transport's own default
+# holds (``_reads_body``): a bare transport returns at the headers, as httpx's own do, and one
+# a resilient client made reads the body inside each try, so the client's calls set nothing.
+READ_BODY: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "resilient_session_httpx_read_body", default=None
 )
 
 
@@ -107,6 +110,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         self._own_inner = transport is None
         self._async_inner = async_transport
         self._own_async_inner = async_transport is None
+        # Whether a call reads the body inside its tries when READ_BODY is unset.
+        self._reads_body = False
         # A cancelled try must not leave httpcore's pool a stuck connection (httpx_pool_guard).
         self._guard_pool = async_transport is not None and poisons_on_cancel(async_transport)
         runtime = registry.runtime
@@ -146,20 +151,24 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         one; none, or every part None, is the host's default), its body read inside the try
         when a resilient client asked for it."""
         timeout: Any = request.extensions.get("timeout")
-        if timeout is not None and not any(value is not None for value in timeout.values()):
-            timeout = None
-        try:
-            body: Any = request.content
-        except httpx.RequestNotRead:
-            body = request.stream  # a generator or a file: read once, so sent once
+        if timeout is not None:
+            for value in timeout.values():
+                if value is not None:
+                    break
+            else:
+                timeout = None
+        read_body = READ_BODY.get()
+        if read_body is None:
+            read_body = self._reads_body
         return start_call(
             request,
             self._registry,
             HTTPX_WIRE,
-            stream=not READ_BODY.get(),
+            stream=not read_body,
             timeout=timeout,
-            url=str(request.url),
-            body=body,
+            url=url_text(request.url),
+            # A generator or a file: read once, so sent once.
+            body=request_body(request),
         )
 
     def _inner_transport(self) -> httpx.BaseTransport:
@@ -171,19 +180,32 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
     def _send(self, attempt: Attempt) -> Outcome:
         """One real try on the inner transport, plus the body when the call reads it."""
         call = attempt.call
-        sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
+        sent = attempt.request
+        timeout = attempt.timeout
+        # hot path: extension-timeout
+        if sent.extensions.get("timeout") is not timeout:
+            sent = with_timeout(sent, extension_timeout(timeout))
+        inner = self._inner
+        if inner is None:
+            inner = self._inner_transport()
         try:
-            response = self._inner_transport().handle_request(sent)
+            response = inner.handle_request(sent)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
-        response.request = sent  # what the cookie rules of a retried answer read
-        rules = checked(call, sent, response, None if call.stream else call.deadline_at)
-        if rules is not None:
-            over = rules.declared_over()
+        # What the cookie rules of a retried answer read, and an error reading the body names.
+        setattr(response, RESPONSE_REQUEST, sent)  # hot path: answer-request
+        stream = call.stream
+        deadline_at = None if stream else call.deadline_at
+        # hot path: unchecked-body
+        if deadline_at is None and call.state.policy.retry.max_response_bytes is None:
+            rules = None
+        else:
+            rules = checked(call, sent, response, deadline_at)
+            over = rules.declared_over() if rules is not None else None
             if over is not None:
                 response.close()
                 return Outcome(response, over)
-        if not call.stream:
+        if not stream:
             try:
                 response.read()
             except ResponseTooLarge as exc:
@@ -192,7 +214,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
-            unbound_deadline(response)
+            if rules is not None:
+                unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             return answered(response)  # hot path: answered
@@ -239,8 +262,14 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
     async def _asend(self, attempt: Attempt) -> Outcome:
         """``_send``, awaited on the inner async transport."""
         call = attempt.call
-        sent = with_timeout(attempt.request, extension_timeout(attempt.timeout))
-        inner = self._async_inner_transport()
+        sent = attempt.request
+        timeout = attempt.timeout
+        # hot path: extension-timeout
+        if sent.extensions.get("timeout") is not timeout:
+            sent = with_timeout(sent, extension_timeout(timeout))
+        inner = self._async_inner
+        if inner is None:
+            inner = self._async_inner_transport()
         try:
             if self._guard_pool:
                 response = await send_guarded(inner, sent)
@@ -248,15 +277,19 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 response = await inner.handle_async_request(sent)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
-        response.request = sent
-        deadline_at = None if call.stream else call.deadline_at
-        rules = checked(call, sent, response, deadline_at, awaited=True)
-        if rules is not None:
-            over = rules.declared_over()
+        setattr(response, RESPONSE_REQUEST, sent)  # hot path: answer-request
+        stream = call.stream
+        deadline_at = None if stream else call.deadline_at
+        # hot path: unchecked-body
+        if deadline_at is None and call.state.policy.retry.max_response_bytes is None:
+            rules = None
+        else:
+            rules = checked(call, sent, response, deadline_at, awaited=True)
+            over = rules.declared_over() if rules is not None else None
             if over is not None:
                 await response.aclose()
                 return Outcome(response, over)
-        if not call.stream:
+        if not stream:
             try:
                 await response.aread()
             except ResponseTooLarge as exc:
@@ -270,7 +303,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 with _shielded():
                     await response.aclose()
                 raise
-            unbound_deadline(response)
+            if rules is not None:
+                unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             return answered(response)  # hot path: answered
