@@ -216,7 +216,15 @@ class Attempt:
 
     def sending(self, request: Any, timeout: Any) -> Attempt:
         """This try, sending *request* with *timeout*."""
-        return Attempt(self.call, self.number, request, timeout, self.last_real, self.cookies)
+        # hot path: field-by-field
+        attempt = _new_object(Attempt)
+        attempt.call = self.call
+        attempt.number = self.number
+        attempt.request = request
+        attempt.timeout = timeout
+        attempt.last_real = self.last_real
+        attempt.cookies = self.cookies
+        return attempt
 
     def replace(self, **changes: Any) -> Attempt:
         """A copy with the fields named in *changes* set to their values."""

@@ -20,6 +20,8 @@ _Request = httpx.Request
 
 # The attribute ``Response.request``'s setter sets, set here without the property's frame.
 RESPONSE_REQUEST: Final = "_request"
+# What a response holds once its body was read (``Response.read`` reads it only when absent).
+RESPONSE_CONTENT: Final = "_content"
 
 
 def request_body(request: httpx.Request) -> Any:
@@ -62,7 +64,7 @@ def copied_request(request: httpx.Request) -> httpx.Request:
     return sent
 
 
-# The as-given and folded bytes of the header names set on tries (a config names a few).
+# The as-given and folded bytes of the ASCII header names set on tries (a config names a few).
 _NAMES: dict[str, tuple[bytes, bytes]] = {}
 _NAMES_KEPT = 64
 
@@ -84,29 +86,77 @@ def headers_with(headers: httpx.Headers, pairs: Iterable[tuple[str, str]]) -> ht
     copy._list = items
     copy._encoding = headers._encoding
     for name, value in pairs:
-        known = _NAMES.get(name)
-        if known is None:
-            if not name.isascii():
-                return _set_each(headers, pairs)
-            raw = name.encode("ascii")
-            known = (raw, raw.lower())
-            if len(_NAMES) < _NAMES_KEPT:
-                _NAMES[name] = known
-        if not value.isascii():
-            return _set_each(headers, pairs)
-        raw, folded = known
-        for item in items:
-            if item[1] == folded:
-                return _set_each(headers, pairs)
-        items.append((raw, folded, value.encode("ascii")))
+        if not _appended(items, name, value):
+            return _set_each(headers.copy(), pairs)
     return copy
+
+
+def request_with_header(request: httpx.Request, name: str, value: str) -> httpx.Request:
+    """``copied_request(request)`` sending ``headers_with(request.headers, ((name, value),))``,
+    made in one frame: the attempt header of each try of a call without a deadline."""
+    # hot path: httpx-headers
+    headers = request.headers
+    known = _NAMES.get(name) or _name_bytes(name)
+    if known is None or not value.isascii() or type(request) is not _Request:
+        sent = copied_request(request)
+        sent.headers = headers_with(headers, ((name, value),))
+        return sent
+    items: list[tuple[bytes, bytes, bytes]] = headers._list.copy()
+    folded = known[1]
+    for item in items:
+        if item[1] == folded:  # set already (by the caller, or a hop before): replaced
+            sent = copied_request(request)
+            sent.headers = _set_each(headers.copy(), ((name, value),))
+            return sent
+    items.append((known[0], folded, value.encode("ascii")))
+    copy: httpx.Headers = _new_object(_Headers)
+    copy._list = items
+    copy._encoding = headers._encoding
+    # copied_request(request), written out, its header map the copy's.
+    # hot path: request-fields
+    sent = _new_object(_Request)
+    sent.method = request.method
+    sent.url = request.url
+    sent.headers = copy
+    sent.extensions = dict(request.extensions)
+    sent.stream = request.stream
+    try:
+        content = request._content
+    except AttributeError:
+        return sent
+    sent._content = content
+    return sent
 
 
 def _set_each(headers: httpx.Headers, pairs: Iterable[tuple[str, str]]) -> httpx.Headers:
-    copy = headers.copy()
     for name, value in pairs:
-        copy[name] = value
-    return copy
+        headers[name] = value
+    return headers
+
+
+def _appended(items: list[tuple[bytes, bytes, bytes]], name: str, value: str) -> bool:
+    """Append ``(name, value)`` to *items* as ``__setitem__`` would when the name is new to it
+    and both are ASCII (True); else leave *items* as it was (False)."""
+    known = _NAMES.get(name) or _name_bytes(name)
+    if known is None or not value.isascii():
+        return False
+    folded = known[1]
+    for item in items:
+        if item[1] == folded:
+            return False
+    items.append((known[0], folded, value.encode("ascii")))
+    return True
+
+
+def _name_bytes(name: str) -> tuple[bytes, bytes] | None:
+    """*name* as given and folded, in bytes, kept for the next try; None when not ASCII."""
+    if not name.isascii():
+        return None
+    raw = name.encode("ascii")
+    known = (raw, raw.lower())
+    if len(_NAMES) < _NAMES_KEPT:
+        _NAMES[name] = known
+    return known
 
 
 # The text of each URL recently sent, by its parsed form. A program calls a handful of URLs

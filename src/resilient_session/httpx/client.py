@@ -55,6 +55,13 @@ def _transport_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {name: kwargs[name] for name in _TRANSPORT_OPTIONS if name in kwargs}
 
 
+def _reads_by_default(client: httpx.Client | httpx.AsyncClient) -> bool:
+    """Whether every transport of *client* that reads READ_BODY is its own resilient one,
+    which reads the body unless told otherwise: a ResilientTransport mounted beside it
+    (``mounts=``) reads it only when told, so then each non-streamed send says so."""
+    return not any(isinstance(mounted, ResilientTransport) for mounted in client._mounts.values())
+
+
 def _runs_client_steps(cls: type, ours: type, theirs: type) -> bool:
     """True when *cls* (*ours* or a subclass) sends with *ours*' ``send``, and the first
     ``request`` and ``send`` after *ours* in its class list are httpx's client's (*theirs*):
@@ -74,6 +81,7 @@ class _Deadlines:
 
     _resilient: ResilientTransport
     _runtime: Runtime
+    _body_default: bool
 
     def _scope(self, deadline: Any) -> DeadlineScope | None:
         runtime = self._runtime
@@ -123,6 +131,7 @@ class ResilientClient(_Deadlines, httpx.Client):
         self._resilient._reads_body = True
         self._runtime = self._resilient.registry.runtime
         super().__init__(transport=self._resilient, **kwargs)
+        self._body_default = _reads_by_default(self)
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
     _client_steps: ClassVar[bool] = True
@@ -164,7 +173,7 @@ class ResilientClient(_Deadlines, httpx.Client):
                     # hot path: verb-call
                     auth = follow_redirects = _USE_CLIENT_DEFAULT
                     request = self.build_request(method, url)
-                if READ_BODY.get() is not False:
+                if self._body_default and READ_BODY.get() is not False:
                     # The transport made here reads the body unless told otherwise.
                     # hot path: body-default
                     return httpx.Client.send(
@@ -189,7 +198,7 @@ class ResilientClient(_Deadlines, httpx.Client):
         # a streamed send says so, and a send inside one (an auth flow's, a hook's) says not.
         if stream:
             token = READ_BODY.set(False)
-        elif READ_BODY.get() is False:
+        elif READ_BODY.get() is False or not self._body_default:
             token = READ_BODY.set(True)
         else:
             return super().send(request, stream=False, **kwargs)
@@ -277,6 +286,7 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         self._resilient._reads_body = True
         self._runtime = self._resilient.registry.runtime
         super().__init__(transport=self._resilient, **kwargs)
+        self._body_default = _reads_by_default(self)
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
     _client_steps: ClassVar[bool] = True
@@ -317,7 +327,7 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
                     # hot path: verb-call
                     auth = follow_redirects = _USE_CLIENT_DEFAULT
                     request = self.build_request(method, url)
-                if READ_BODY.get() is not False:
+                if self._body_default and READ_BODY.get() is not False:
                     # hot path: body-default
                     return await httpx.AsyncClient.send(
                         self, request, auth=auth, follow_redirects=follow_redirects
@@ -340,7 +350,7 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         # As ResilientClient.send says.
         if stream:
             token = READ_BODY.set(False)
-        elif READ_BODY.get() is False:
+        elif READ_BODY.get() is False or not self._body_default:
             token = READ_BODY.set(True)
         else:
             return await super().send(request, stream=False, **kwargs)

@@ -16,6 +16,7 @@ from resilient_session._pipeline.aio import AsyncNext, aresume, async_chain
 from resilient_session._pipeline.aio.calls import AsyncRun
 from resilient_session._pipeline.aio.chains import async_call_chain
 from resilient_session._pipeline.attempt import (
+    ANSWERED,
     UNDECIDED,
     Attempt,
     Call,
@@ -27,11 +28,11 @@ from resilient_session._pipeline.call import start_call
 from resilient_session._pipeline.call_stage import Run
 from resilient_session._pipeline.chains import call_chain
 from resilient_session._pipeline.drive import Next, resume
-from resilient_session._pipeline.happy import answered
 from resilient_session._pipeline.stages import standard_chain
+from resilient_session._state.breaker import BreakerState
 from resilient_session._state.registry import HostRegistry
 from resilient_session._transport.httpx_body import checked, unbound_deadline
-from resilient_session._transport.httpx_compat import RESPONSE_REQUEST, request_body, url_text
+from resilient_session._transport.httpx_compat import RESPONSE_CONTENT, RESPONSE_REQUEST, url_text
 from resilient_session._transport.httpx_errors import ResponseTooLarge
 from resilient_session._transport.httpx_pool_guard import poisons_on_cancel, send_guarded
 from resilient_session._transport.httpx_wire import HTTPX_WIRE, extension_timeout, with_timeout
@@ -49,6 +50,8 @@ def _shielded() -> Any:
 
 
 _RETRY = Verdict.RETRY
+_ANSWERED = ANSWERED
+_CLOSED = BreakerState.CLOSED
 
 # Whether a try reads the body: set by ResilientClient and AsyncResilientClient around a
 # streamed send (False) and a send made inside one (True). Unset, the transport's own default
@@ -157,6 +160,11 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                     break
             else:
                 timeout = None
+        # hot path: request-fields
+        try:
+            body: Any = request._content  # request_body(request), written out
+        except AttributeError:
+            body = request.stream  # a generator or a file: read once, so sent once
         read_body = READ_BODY.get()
         if read_body is None:
             read_body = self._reads_body
@@ -167,8 +175,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             stream=not read_body,
             timeout=timeout,
             url=url_text(request.url),
-            # A generator or a file: read once, so sent once.
-            body=request_body(request),
+            body=body,
         )
 
     def _inner_transport(self) -> httpx.BaseTransport:
@@ -205,7 +212,9 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             if over is not None:
                 response.close()
                 return Outcome(response, over)
-        if not stream:
+        if not stream and not hasattr(response, RESPONSE_CONTENT):
+            # hot path: read-body (a body already read, as a mock's or a canned one's, is not
+            # read again through read()'s frame)
             try:
                 response.read()
             except ResponseTooLarge as exc:
@@ -218,7 +227,9 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
-            return answered(response)  # hot path: answered
+            # answered(response), written out.
+            # hot path: answered
+            return _new_tuple(Outcome, (response, None, _ANSWERED, None, _CLOSED, None))
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     # -- async -------------------------------------------------------------------------------
@@ -289,7 +300,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             if over is not None:
                 await response.aclose()
                 return Outcome(response, over)
-        if not stream:
+        if not stream and not hasattr(response, RESPONSE_CONTENT):
+            # hot path: read-body
             try:
                 await response.aread()
             except ResponseTooLarge as exc:
@@ -307,7 +319,9 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
-            return answered(response)  # hot path: answered
+            # answered(response), written out.
+            # hot path: answered
+            return _new_tuple(Outcome, (response, None, _ANSWERED, None, _CLOSED, None))
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     async def aclose(self) -> None:

@@ -11,10 +11,12 @@ import pytest
 
 from resilient_session._transport import httpx_compat
 from resilient_session._transport.httpx_compat import (
+    RESPONSE_CONTENT,
     RESPONSE_REQUEST,
     copied_request,
     headers_with,
     request_body,
+    request_with_header,
     url_text,
 )
 from resilient_session.httpx import ResilientClient, ResilientTransport
@@ -37,6 +39,10 @@ def test_the_private_attributes_read_are_where_the_shortcuts_look():
     response = httpx.Response(200)
     setattr(response, RESPONSE_REQUEST, request)
     assert response.request is request
+    streamed = httpx.Response(200, content=iter([b"ab"]))
+    assert not hasattr(streamed, RESPONSE_CONTENT)
+    streamed.read()
+    assert getattr(streamed, RESPONSE_CONTENT) == b"ab"
 
 
 @pytest.mark.parametrize(
@@ -67,6 +73,40 @@ def test_headers_with_sends_what_copy_and_setitem_send(pairs: Any):
     assert got._list == expected._list
     assert dict(got.items()) == dict(expected.items())
     assert original._list == before
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Request-Attempt", "2; max=3"),
+        ("x-a", "replaced"),  # a name there already, in another case
+        ("X-Name", "caf\u00e9"),  # a value not ASCII: left to __setitem__, which refuses it
+    ],
+)
+def test_request_with_header_is_a_copy_sending_the_header_too(name: str, value: str):
+    """The copy's header list is what ``copy()`` then ``__setitem__`` make, its body, URL and
+    method the request's, its extensions its own; the request is left as it was."""
+    request = httpx.Request("POST", URL, headers={"X-A": "1"}, content=b"abc")
+    before = list(request.headers._list)
+    expected = request.headers.copy()
+    try:
+        expected[name] = value
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            request_with_header(request, name, value)
+        return
+    sent = request_with_header(request, name, value)
+    assert sent is not request
+    assert sent.headers._list == expected._list
+    assert (sent.method, sent.url, sent.stream, sent.content) == (
+        "POST",
+        request.url,
+        request.stream,
+        b"abc",
+    )
+    assert sent.extensions == request.extensions
+    assert sent.extensions is not request.extensions
+    assert request.headers._list == before
 
 
 def test_a_copied_request_shares_the_body_url_and_headers_and_owns_its_extensions():
@@ -141,3 +181,29 @@ def test_a_client_call_reads_the_body_in_the_try_and_a_streamed_one_does_not():
         with client.stream("GET", URL) as streamed:
             assert streamed.is_stream_consumed is False
             assert streamed.read() == b"x" * 10
+
+
+def test_a_resilient_transport_mounted_beside_the_clients_own_still_reads_the_body():
+    """A bare ResilientTransport mounted on a resilient client reads the body only when
+    told: the client then tells it on every non-streamed send, and on none streamed."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=iter([b"x"]))
+
+    mounted = ResilientTransport(transport=httpx.MockTransport(handler))
+    streams: list[bool] = []
+    start = mounted.start
+
+    def recording(request: httpx.Request) -> Any:
+        call = start(request)
+        streams.append(call.stream)
+        return call
+
+    mounted.start = recording  # type: ignore[method-assign]
+    inner = httpx.MockTransport(handler)
+    with ResilientClient(transport=inner, mounts={"http://other.test": mounted}) as client:
+        assert client.get("http://other.test/a").content == b"x"
+        with client.stream("GET", "http://other.test/b") as streamed:
+            assert streamed.read() == b"x"
+        assert client.get(URL).content == b"x"  # the client's own transport: not recorded
+    assert streams == [False, True]
