@@ -144,8 +144,13 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 outcome = resume(self._chain, first, outcome)
         else:
             outcome = calls(call)
-        response: httpx.Response | None = outcome.response  # type: ignore[assignment]
-        if response is not None and outcome.error is None and outcome.fallback is None:
+        # The fields read at once, not one descriptor call each.
+        # hot path: unpacked-outcome
+        answer, error, _, _, _, fallback = outcome
+        if answer is not None and error is None and fallback is None:
+            # The httpx wire's answers are httpx's responses.
+            # hot path: no-cast
+            response: httpx.Response = answer  # type: ignore[assignment]
             return response
         return cast(httpx.Response, outcome.unwrap())
 
@@ -249,8 +254,13 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 outcome = await aresume(chain, first, outcome)
         else:
             outcome = await calls(call)
-        response: httpx.Response | None = outcome.response  # type: ignore[assignment]
-        if response is not None and outcome.error is None and outcome.fallback is None:
+        # The fields read at once, not one descriptor call each.
+        # hot path: unpacked-outcome
+        answer, error, _, _, _, fallback = outcome
+        if answer is not None and error is None and fallback is None:
+            # The httpx wire's answers are httpx's responses.
+            # hot path: no-cast
+            response: httpx.Response = answer  # type: ignore[assignment]
             return response
         return cast(httpx.Response, outcome.unwrap())
 
