@@ -228,8 +228,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             except Exception as exc:  # noqa: BLE001 - same: classified, then re-raised as is
                 response.close()
                 return Outcome(error=exc)
-            if rules is not None:
-                unbound_deadline(response)
+        if rules is not None and not stream:
+            unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             # answered(response), written out.
@@ -325,8 +325,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
                 with _shielded():
                     await response.aclose()
                 raise
-            if rules is not None:
-                unbound_deadline(response)
+        if rules is not None and not stream:
+            unbound_deadline(response)
         # hot path: happy (an answer and no error hold here already)
         if response.status_code < 400:
             # answered(response), written out.

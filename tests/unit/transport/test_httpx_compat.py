@@ -207,3 +207,24 @@ def test_a_resilient_transport_mounted_beside_the_clients_own_still_reads_the_bo
             assert streamed.read() == b"x"
         assert client.get(URL).content == b"x"  # the client's own transport: not recorded
     assert streams == [False, True]
+
+
+def test_a_body_read_before_the_try_ends_is_unbound_from_the_deadline_all_the_same():
+    """An answer holding its body already (a mock's) is not read again, and the deadline's
+    check on its stream still ends with the try, as for a body the try read."""
+    from resilient_session._pipeline.attempt import first_attempt
+    from resilient_session._transport.httpx_body import CheckedStream
+    from resilient_session.deadline import deadline as deadline_scope
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"held")
+
+    with ResilientClient(transport=httpx.MockTransport(handler)) as client:
+        transport = client._resilient
+        with deadline_scope(5.0):
+            call = transport.start(httpx.Request("GET", URL))
+        assert call.deadline_at is not None
+        outcome = transport._send(first_attempt(call))
+    stream = outcome.response.stream  # type: ignore[union-attr]
+    assert isinstance(stream, CheckedStream)
+    assert (stream.rules.deadline_at, outcome.response.content) == (None, b"held")  # type: ignore[union-attr]
