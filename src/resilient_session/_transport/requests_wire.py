@@ -15,6 +15,7 @@ from requests.utils import get_encoding_from_headers
 
 from resilient_session._compat import header_store, headers_of, keep_content, request_cookies
 from resilient_session._observe.redact import redact_text
+from resilient_session._pipeline.clamp import clamp
 from resilient_session._pipeline.reason import Reason
 from resilient_session._state.fallback import FallbackInfo
 from resilient_session._state.fallback import mark as mark_fallback
@@ -122,13 +123,9 @@ class RequestsWire:
         """``(connect, read)`` of *timeout*, each cut to *remaining* when longer or unset, and
         whether each was cut."""
         connect, read = split_timeout(timeout)
-        connect_cut = connect is None or connect > remaining
-        if connect is None or connect_cut:
-            connect = remaining
-        read_cut = read is None or read > remaining
-        if read is None or read_cut:
-            read = remaining
-        return (connect, read), connect_cut, read_cut
+        connect_part, connect_cut = clamp(connect, remaining)
+        read_part, read_cut = clamp(read, remaining)
+        return (connect_part, read_part), connect_cut, read_cut
 
     def bounded(self, remaining: float, body: bool) -> TryWatch:
         """A watch on the try entered in it (``_transport/watchdog.py``): per-read timeouts
