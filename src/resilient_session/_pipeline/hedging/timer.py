@@ -32,8 +32,7 @@ _LONGEST_WAIT: Final = threading.TIMEOUT_MAX
 # looked, even with none due: a race due at its lead or later then needs no wake-up, and on a
 # host that answers at once (its race ends microseconds after it began) the timer wakes a lead
 # apart instead of once a call. Never less than _TICK, auto's floor, so a race on its delay
-# never wakes it; a host whose delay is 300 ms has the timer look about 3 times a second
-# rather than 100.
+# never wakes it.
 _TICK: Final = 0.010
 _BUSY: Final = 1.0
 # A timer thread that woke within this of the instant it slept until was on time.
