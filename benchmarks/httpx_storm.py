@@ -32,6 +32,7 @@ Usage: python benchmarks/httpx_storm.py [--seconds S] [--rate N] [--drain S]
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import platform
@@ -255,12 +256,21 @@ def run(scenario: str, stacks: Sequence[Stack], args: argparse.Namespace) -> str
             phases[index] = [SCENARIOS[scenario]]
             upstream.schedule(time.monotonic(), phases)
             url = upstream.url(index)
-            if isinstance(stack, AsyncStack):
-                result = anyio.run(
-                    drive_async, stack.make, url, args.rate, args.seconds, args.drain
-                )
-            else:
-                result = drive_sync(stack.make, url, args.rate, args.seconds, args.drain)
+            # Each stack starts on the heap a service has after start-up (gc.freeze, as
+            # instr_meter.py's children do): what earlier stacks left behind is neither
+            # collected during this one, which would stall its loop (the heartbeat), nor
+            # walked by its own collections.
+            gc.collect()
+            gc.freeze()
+            try:
+                if isinstance(stack, AsyncStack):
+                    result = anyio.run(
+                        drive_async, stack.make, url, args.rate, args.seconds, args.drain
+                    )
+                else:
+                    result = drive_sync(stack.make, url, args.rate, args.seconds, args.drain)
+            finally:
+                gc.unfreeze()
             hits = [hit for hit in upstream.collect() if hit.stack == index]
             ok = result.outcomes["200"]
             rows.append(

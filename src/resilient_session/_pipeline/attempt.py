@@ -143,7 +143,7 @@ class Call:
     runtime: Runtime
     # The transport's side of each decision (``wire.py``): the adapter's, not the registry's,
     # as one registry may serve calls of two transports.
-    wire: Wire
+    wire: Wire[Any, Any]
     stream: bool
     timeout: Any
     verify: bool | str

@@ -33,7 +33,7 @@ _ON_REQUEST: Any = object()
 def start_call(
     request: Any,
     registry: HostRegistry,
-    wire: Wire,
+    wire: Wire[Any, Any],
     stream: bool = False,
     timeout: Any = None,
     verify: bool | str = True,

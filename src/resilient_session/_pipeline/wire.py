@@ -14,7 +14,7 @@ Two Protocols and no code: ``_pipeline`` and ``_state`` name no transport librar
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 # The table's error half is keyed by it, so it lives with the table, below the pipeline.
 from resilient_session._state.try_table import ErrorKind as ErrorKind
@@ -72,7 +72,14 @@ class RaceBound(Bound, Protocol):
         ...
 
 
-class Wire(Protocol):
+# A wire's own request and answer types (``requests.PreparedRequest`` and ``requests.Response``
+# for requests'): the stages hold them as ``Any`` and hand them back, so only each wire's
+# signatures are checked against its library's types.
+RequestT = TypeVar("RequestT")
+AnswerT = TypeVar("AnswerT", bound=Answer)
+
+
+class Wire(Protocol[RequestT, AnswerT]):
     """What the stages ask of the transport a call goes out on."""
 
     # -- errors: what one says, and the refusal for a reason ---------------------------------
@@ -84,7 +91,11 @@ class Wire(Protocol):
         ...
 
     def refusal(
-        self, reason: Reason, message: str, request: Any, original: BaseException | None = None
+        self,
+        reason: Reason,
+        message: str,
+        request: RequestT,
+        original: BaseException | None = None,
     ) -> Exception:
         """The exception a caller of this transport expects for a try refused or cut for
         *reason*, saying *message*, about *request*; *original* is the error it stands for,
@@ -93,13 +104,15 @@ class Wire(Protocol):
 
     # -- the try's request: headers, timeouts, a bound in time -------------------------------
 
-    def with_headers(self, request: Any, pairs: Iterable[tuple[str, str]], first: bool) -> Any:
+    def with_headers(
+        self, request: RequestT, pairs: Iterable[tuple[str, str]], first: bool
+    ) -> RequestT:
         """*request* sending the ``(name, value)`` *pairs* too: a copy, the caller's request
         left as it was, but for a call's *first* try of a request that call alone holds
         (``mark_owned``), written into the request itself."""
         ...
 
-    def with_header(self, request: Any, name: str, value: str, first: bool) -> Any:
+    def with_header(self, request: RequestT, name: str, value: str, first: bool) -> RequestT:
         """``with_headers`` for the one header of a try without a deadline, its attempt
         header: written without a list of pairs to build and walk, on every such try."""
         ...
@@ -128,10 +141,10 @@ class Wire(Protocol):
         self,
         fired: bool,
         error: BaseException | None,
-        answer: Answer | None,
+        answer: AnswerT | None,
         cuts: tuple[bool, bool],
         message: str,
-        request: Any,
+        request: RequestT,
         redact: frozenset[str],
     ) -> Exception | None:
         """What a try ended with under a bound that *fired* or not, as the caller sees it, or
@@ -149,7 +162,7 @@ class Wire(Protocol):
     # -- answers: release one a retry replaces, carry the cookies it set ---------------------
 
     def release(
-        self, answer: Answer, deadline_at: float | None, runtime: Runtime
+        self, answer: AnswerT, deadline_at: float | None, runtime: Runtime
     ) -> Exception | None:
         """Let go of *answer*, which a retry will replace: read a bounded share of its body, so
         its connection may go back to the pool and it still reads should the call end with it
@@ -161,7 +174,9 @@ class Wire(Protocol):
         """
         ...
 
-    def carried_cookies(self, request: Any, answer: Answer, carried: Any) -> tuple[Any, Any] | None:
+    def carried_cookies(
+        self, request: RequestT, answer: AnswerT, carried: Any
+    ) -> tuple[RequestT, Any] | None:
         """What the try after *answer* sends when *answer* set cookies, as a redirect hop
         would: a copy of the call's *request* carrying them on top of *carried* (the cookies
         earlier retried answers set, or None), and the cookies now carried.
@@ -179,15 +194,15 @@ class Wire(Protocol):
         this transport can be given."""
         ...
 
-    def body(self, answer: Answer) -> bytes:
+    def body(self, answer: AnswerT) -> bytes:
         """The body of *answer*, already read whole (the caller does not stream it)."""
         ...
 
-    def stored_answer(self, request: Any, hit: StaleHit) -> Answer:
+    def stored_answer(self, request: RequestT, hit: StaleHit) -> AnswerT:
         """A new answer to *request* made from the stored one *hit* holds: its status, its
         headers with ``Age``, its body; read whole, nothing left open."""
         ...
 
-    def mark(self, answer: Answer, info: FallbackInfo) -> None:
+    def mark(self, answer: AnswerT, info: FallbackInfo) -> None:
         """Record on *answer* that a fallback served it, for ``fallback_of`` to read."""
         ...

@@ -44,7 +44,8 @@ class FailedCall:
         reason: the final ``http.try`` event's reason: ``breaker_open``, ``throttled``,
             ``concurrency_limit``, ``deadline_spent``, ``deadline``, ``budget_exhausted``,
             ``max_attempts``, ``retry_after_too_long``, ``not_idempotent``,
-            ``body_not_replayable``, ``not_retryable`` or ``response_too_large``.
+            ``body_not_replayable`` or ``not_retryable``: the reasons of the ``http.fallback``
+            event, and of docs/events.schema.json's ``http_fallback``.
         response: the last answer from the network (a 5xx, 408 or overload status), or None.
         error: the exception the call would raise, or None when it would return *response*.
     """

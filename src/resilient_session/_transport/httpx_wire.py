@@ -25,6 +25,8 @@ from typing import Any, Final
 import httpx
 
 from resilient_session._observe.redact import redact_text
+from resilient_session._pipeline.clamp import clamp
+from resilient_session._pipeline.clamp import seconds as _seconds
 from resilient_session._pipeline.reason import Reason
 from resilient_session._state.fallback import FallbackInfo
 from resilient_session._state.fallback import mark as mark_fallback
@@ -63,16 +65,6 @@ def _parts(timeout: Any) -> tuple[float | None, float | None]:
         return _seconds(timeout[0]), _seconds(timeout[1])
     value = _seconds(timeout)
     return value, value
-
-
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _at_most(value: float | None, remaining: float) -> float:
-    return remaining if value is None or value > remaining else value
 
 
 _BOUND: contextvars.ContextVar[CheckedBound | None] = contextvars.ContextVar(
@@ -203,15 +195,14 @@ class HttpxWire:
         """The extension dict of *timeout* with every part cut to *remaining* when longer or
         unset (the pool's and the write's too), and whether connect and read were cut."""
         parts = extension_timeout(timeout)
-        connect, read = _seconds(parts.get("connect")), _seconds(parts.get("read"))
+        connect, connect_cut = clamp(_seconds(parts.get("connect")), remaining)
+        read, read_cut = clamp(_seconds(parts.get("read")), remaining)
         clamped: dict[str, float | None] = {
-            "connect": _at_most(connect, remaining),
-            "read": _at_most(read, remaining),
-            "write": _at_most(_seconds(parts.get("write")), remaining),
-            "pool": _at_most(_seconds(parts.get("pool")), remaining),
+            "connect": connect,
+            "read": read,
+            "write": clamp(_seconds(parts.get("write")), remaining)[0],
+            "pool": clamp(_seconds(parts.get("pool")), remaining)[0],
         }
-        connect_cut = connect is None or connect > remaining
-        read_cut = read is None or read > remaining
         return clamped, connect_cut, read_cut
 
     def bounded(self, remaining: float, body: bool) -> CheckedBound:

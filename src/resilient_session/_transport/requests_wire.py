@@ -15,6 +15,7 @@ from requests.utils import get_encoding_from_headers
 
 from resilient_session._compat import header_store, headers_of, keep_content, request_cookies
 from resilient_session._observe.redact import redact_text
+from resilient_session._pipeline.clamp import clamp
 from resilient_session._pipeline.reason import Reason
 from resilient_session._state.fallback import FallbackInfo
 from resilient_session._state.fallback import mark as mark_fallback
@@ -46,7 +47,11 @@ class RequestsWire:
         return requests_errors.error_kind(error)
 
     def refusal(
-        self, reason: Reason, message: str, request: Any, original: BaseException | None = None
+        self,
+        reason: Reason,
+        message: str,
+        request: requests.PreparedRequest | None,
+        original: BaseException | None = None,
     ) -> Exception:
         """``CircuitOpenError``, ``ThrottledError``, ``ConcurrencyLimitError``,
         ``DeadlineExceeded`` or ``HedgeCancelled``, as *reason* says."""
@@ -118,13 +123,9 @@ class RequestsWire:
         """``(connect, read)`` of *timeout*, each cut to *remaining* when longer or unset, and
         whether each was cut."""
         connect, read = split_timeout(timeout)
-        connect_cut = connect is None or connect > remaining
-        if connect is None or connect_cut:
-            connect = remaining
-        read_cut = read is None or read > remaining
-        if read is None or read_cut:
-            read = remaining
-        return (connect, read), connect_cut, read_cut
+        connect_part, connect_cut = clamp(connect, remaining)
+        read_part, read_cut = clamp(read, remaining)
+        return (connect_part, read_part), connect_cut, read_cut
 
     def bounded(self, remaining: float, body: bool) -> TryWatch:
         """A watch on the try entered in it (``_transport/watchdog.py``): per-read timeouts
@@ -140,10 +141,10 @@ class RequestsWire:
         self,
         fired: bool,
         error: BaseException | None,
-        answer: Any,
+        answer: requests.Response | None,
         cuts: tuple[bool, bool],
         message: str,
-        request: Any,
+        request: requests.PreparedRequest,
         redact: frozenset[str],
     ) -> Exception | None:
         """``DeadlineExceeded`` for a try the deadline ended: a ``requests.Timeout`` of a part
@@ -172,11 +173,9 @@ class RequestsWire:
         return isinstance(original, requests.ConnectTimeout)
 
     # -- answers: release one a retry replaces, carry the cookies it set ---------------------
-    # Each answer is a requests.Response, each request a PreparedRequest, each jar of carried
-    # cookies a RequestsCookieJar: typed Any only to fit the Protocol's transport-free types.
 
     def release(
-        self, answer: Any, deadline_at: float | None, runtime: Runtime
+        self, answer: requests.Response, deadline_at: float | None, runtime: Runtime
     ) -> DeadlineExceeded | None:
         """Drain *answer* up to ``body.DRAIN_LIMIT`` and close it; the ``DeadlineExceeded``
         when the body outlasted *deadline_at* (the answer closed all the same)."""
@@ -187,8 +186,11 @@ class RequestsWire:
         return None
 
     def carried_cookies(
-        self, request: Any, answer: Any, carried: Any
-    ) -> tuple[Any, RequestsCookieJar] | None:
+        self,
+        request: requests.PreparedRequest,
+        answer: requests.Response,
+        carried: RequestsCookieJar | None,
+    ) -> tuple[requests.PreparedRequest, RequestsCookieJar] | None:
         """A copy of *request* sending *carried* and the cookies *answer* set; None when it
         set none (read only on a retry, never on the happy path)."""
         set_now = answer.cookies
@@ -222,12 +224,12 @@ class RequestsWire:
         """A ``requests.Response`` (or a subclass)."""
         return isinstance(value, requests.Response)
 
-    def body(self, answer: Any) -> bytes:
+    def body(self, answer: requests.Response) -> bytes:
         """``answer.content``: read already, as the caller does not stream."""
         content: bytes | None = answer.content
         return content if content is not None else b""
 
-    def stored_answer(self, request: Any, hit: StaleHit) -> requests.Response:
+    def stored_answer(self, request: requests.PreparedRequest, hit: StaleHit) -> requests.Response:
         """A ``requests.Response`` as ``HTTPAdapter.build_response`` makes one, its body in
         hand (``_content``), so it reads as any answer read whole does."""
         stored = hit.answer
@@ -247,7 +249,7 @@ class RequestsWire:
         response.encoding = get_encoding_from_headers(response.headers)
         return response
 
-    def mark(self, answer: Any, info: FallbackInfo) -> None:
+    def mark(self, answer: requests.Response, info: FallbackInfo) -> None:
         mark_fallback(answer, info)
 
 

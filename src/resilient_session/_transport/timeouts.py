@@ -7,6 +7,7 @@ from typing import Any
 from urllib3.util import Timeout as Urllib3Timeout
 
 from resilient_session._compat import timeout_parts
+from resilient_session._pipeline.clamp import seconds as _seconds
 
 
 def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
@@ -24,10 +25,3 @@ def split_timeout(timeout: Any) -> tuple[float | None, float | None]:
         return _seconds(timeout[0]), _seconds(timeout[1])
     value = _seconds(timeout)
     return value, value
-
-
-def _seconds(value: Any) -> float | None:
-    # urllib3's DEFAULT_TIMEOUT sentinel and None both mean "no limit of the caller's".
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None

@@ -240,9 +240,13 @@ class RaceWatch(TryWatch):
     __slots__ = ("outer",)
 
     def __init__(self, outer: Watch | None) -> None:
-        super().__init__(_INF)
-        if outer is not None:
+        # Watch's fields set here, without its clock read: no instant but *outer*'s, if any.
+        if outer is None:
+            self.until, self.body = _INF, True
+        else:
             self.until, self.body = outer.until, outer.body
+        self.state = IDLE
+        self.sock = None
         self.outer = outer
 
     def cut(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from resilient_session import Reason, log_json_lines
 from resilient_session._observe.events import emit_fallback
 from resilient_session._observe.otel_metrics import FALLBACK_ATTRIBUTE
 from resilient_session._observe.redact import sensitive_names
+from resilient_session._state.fallback import FailedCall
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[3] / "docs" / "events.schema.json").read_text("utf-8")
@@ -124,3 +126,11 @@ def test_nothing_is_logged_below_warning_or_unconfigured(capsys):
 def test_the_span_attribute_name():
     """The call's last span names a fallback under resilient_session.fallback."""
     assert FALLBACK_ATTRIBUTE == "resilient_session.fallback"
+
+
+def test_failed_calls_docstring_names_exactly_the_fallback_reasons():
+    """What a fallback is told it may see is what the schema and the code give."""
+    doc = FailedCall.__doc__ or ""
+    reason_text = doc.split("reason:", 1)[1].split("response:", 1)[0]
+    named = set(re.findall(r"``([a-z_]+)``", reason_text)) - {"http", "http_fallback"}
+    assert named == set(SCHEMA["$defs"]["http_fallback"]["properties"]["reason"]["enum"])

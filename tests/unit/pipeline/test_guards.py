@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next, compose, drive
 from resilient_session._pipeline.happy import answered
+from resilient_session._pipeline.hedging.racing_stages import racing_chain
 from resilient_session._pipeline.slots import Slots
 from resilient_session._pipeline.stages import standard_chain, standard_slots, standard_stages
 from resilient_session._pipeline.stages.guards import FOLDED, compose_folded, guard_tries
@@ -200,3 +201,12 @@ def test_slots_that_differ_from_the_standard_run_are_not_folded():
             codes.append(link.__code__)
             link = link.__defaults__[0]
         assert guard_tries.__code__ not in codes
+
+
+@pytest.mark.parametrize("hedge", [False, True], ids=["first", "hedge"])
+def test_the_racing_chains_fold_the_guards_too(hedge):
+    """A hedged call's tries go through the same fold as any other: between the racing events
+    stage and the deadline stage each racing chain holds guard_tries, not the five nested."""
+    chain = racing_chain(lambda attempt: Outcome(), hedge=hedge, hooks=False, senders=False)
+    defaults: Any = chain.__defaults__  # the racing events stage, linked: its call_next
+    assert defaults[0].__code__ is guard_tries.__code__

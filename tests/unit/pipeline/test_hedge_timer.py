@@ -3,6 +3,7 @@ due race is launched, a cancelled one never is, and a race that wants another he
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -113,6 +114,39 @@ def test_a_race_cancelled_after_it_was_put_back_is_gone():
     timer.cancel(race)
     assert timer.take_due(now=1.10, late=0.0) == []
     assert (timer._due, timer._put_back, race.launches) == ({}, set(), 0)
+
+
+def test_while_races_come_the_timer_sleeps_until_the_earliest_within_their_lead():
+    """Races given at a 300 ms lead (auto's delay at 64 callers): the timer sleeps until the
+    earliest one, 250 ms off, where it looked every 10 ms before; with none left, a lead
+    from now. A shorter lead among those given since its last look shortens the sleep, never
+    under 10 ms; with no race given for a second it sleeps until one is."""
+    timer = Timer(Workers())
+    first, second = _Race(), _Race()
+    timer._due.update({first: 10.25, second: 10.29})
+    timer._lead, timer._scheduled_at = 0.3, 10.0
+    assert timer.sleep_until(10.0) == 10.25
+    timer.cancel(first)
+    timer.cancel(second)
+    assert timer.sleep_until(10.0) == pytest.approx(10.3)  # no race given since: the same lead
+    timer._lead = 0.02
+    assert timer.sleep_until(10.0) == pytest.approx(10.02)
+    timer._lead = 0.001
+    assert timer.sleep_until(10.0) == pytest.approx(10.01)
+    timer._scheduled_at = 8.9
+    assert timer.sleep_until(10.0) == math.inf
+
+
+def test_a_race_given_while_the_thread_is_awake_takes_no_lock():
+    """Each race given tells the timer its lead; while the thread is awake (it looks again
+    before it sleeps) none wakes it, so none takes the lock."""
+    timer = Timer(Workers())
+    timer._wake_at = -math.inf  # awake
+    now = real_monotonic()
+    timer.schedule(_Race(), now + 0.3)
+    timer.schedule(_Race(), now + 0.05)
+    assert timer._lead == pytest.approx(0.05, abs=0.01)
+    assert (timer._thread, len(timer._due)) == (None, 2)
 
 
 def test_64_threads_scheduling_and_cancelling_at_once_lose_no_race():

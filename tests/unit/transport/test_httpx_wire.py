@@ -35,7 +35,7 @@ from resilient_session.testing import FakeClock
 
 pytestmark = pytest.mark.httpx
 
-WIRE: Wire = HTTPX_WIRE
+WIRE: Wire[httpx.Request, httpx.Response] = HTTPX_WIRE
 URL = "http://svc.test/items"
 
 

@@ -19,7 +19,9 @@ from resilient_session._pipeline.reason import Reason
 from resilient_session._pipeline.wire import ErrorKind, Wire
 from resilient_session._transport.requests_wire import REQUESTS_WIRE
 
-WIRE: Wire = REQUESTS_WIRE  # mypy checks the requests wire against the protocol here
+WIRE: Wire[requests.PreparedRequest, requests.Response] = (
+    REQUESTS_WIRE  # mypy checks the requests wire against the protocol here
+)
 CONNECT, TRANSIENT, DEADLINE_CUT, OURS = (
     ErrorKind.CONNECT,
     ErrorKind.TRANSIENT,

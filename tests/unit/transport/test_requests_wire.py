@@ -6,6 +6,7 @@ import pytest
 import requests
 from urllib3.util import Timeout
 
+from resilient_session._compat import request_cookies
 from resilient_session._pipeline.wire import Wire
 from resilient_session._transport.owned import mark_owned, take_owned
 from resilient_session._transport.requests_wire import REQUESTS_WIRE
@@ -19,7 +20,7 @@ from resilient_session._transport.watchdog import (
 )
 from resilient_session.errors import DeadlineExceeded
 
-WIRE: Wire = REQUESTS_WIRE
+WIRE: Wire[requests.PreparedRequest, requests.Response] = REQUESTS_WIRE
 
 
 def _request(**headers: str) -> requests.PreparedRequest:
@@ -49,7 +50,9 @@ def test_with_headers_leaves_the_callers_request_as_it_was():
     assert dict(request.headers) == before
     assert (sent.method, sent.url, sent.body) == ("PUT", "http://svc.test/items", b"body")
     assert sent.headers["Cookie"] == "session=abc"
-    assert sent._cookies.get("session") == "abc"
+    jar = request_cookies(sent)
+    assert jar is not None
+    assert jar.get("session") == "abc"
 
 
 def test_with_headers_takes_a_plain_dict_of_headers():

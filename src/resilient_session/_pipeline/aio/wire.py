@@ -3,7 +3,7 @@ cut by, and the release of an answer whose body is read by awaiting."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from resilient_session._pipeline.wire import Answer, Wire
 
@@ -24,8 +24,9 @@ class ScopedBound(Protocol):
     def __exit__(self, *exc_info: object) -> bool: ...
 
 
-class AsyncWire(Wire, Protocol):
-    """A wire whose tries may also be awaited."""
+class AsyncWire(Wire[Any, Any], Protocol):
+    """A wire whose tries may also be awaited (the async stages hold its requests and answers
+    as ``Any``, as the sync ones do)."""
 
     def abounded(self, remaining: float) -> ScopedBound:
         """A bound that cancels the task's try *remaining* seconds from now, wherever it waits

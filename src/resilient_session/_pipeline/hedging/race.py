@@ -252,6 +252,10 @@ class Race:
         """End the race: launch nothing more, and cut whatever is still out (only a first
         try that raised leaves anything). The timer let go of it when the first try ended; a
         later hedge it still holds finds the race over and is not sent."""
+        if self.winner is not None and not self._wire:
+            # Ended, and nothing out: once a try has won, no try joins the wire and each one
+            # on it only leaves, so the lock has nothing to guard (most races end here).
+            return
         with self._lock:
             if self.winner is None:
                 self.winner = 0

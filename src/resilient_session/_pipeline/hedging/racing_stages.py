@@ -8,9 +8,10 @@ import logging
 
 from resilient_session._observe.events import logger_for
 from resilient_session._pipeline.attempt import Attempt, Outcome
-from resilient_session._pipeline.drive import Next, TryStage, compose
+from resilient_session._pipeline.drive import Next, TryStage
 from resilient_session._pipeline.slots import Slots
 from resilient_session._pipeline.stages import standard_slots
+from resilient_session._pipeline.stages.guards import compose_folded
 from resilient_session._pipeline.stages.try_record import try_record
 
 from .race import RACE
@@ -96,5 +97,7 @@ def racing_stages(*, hedge: bool, hooks: bool = False, senders: bool = False) ->
 
 def racing_chain(transport: Next, *, hedge: bool, hooks: bool, senders: bool) -> Next:
     """The racing stages composed around *transport*: with *hedge*, the chain each hedge goes
-    through; else the one a raced call's first try does."""
-    return compose(racing_stages(hedge=hedge, hooks=hooks, senders=senders), transport)
+    through; else the one a raced call's first try does. The guards run folded as in the
+    standard chain (``stages/guards.py``): a hedged call's first try, admitted at once, pays
+    for one frame of them rather than five."""
+    return compose_folded(racing_slots(hedge=hedge, hooks=hooks, senders=senders), transport)

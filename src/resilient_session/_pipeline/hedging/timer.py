@@ -28,9 +28,11 @@ MAX_WORKERS: Final = 32
 _INF: Final = float("inf")
 _LONGEST_WAIT: Final = threading.TIMEOUT_MAX
 # While races keep coming (one in the last _BUSY seconds), the timer never sleeps longer than
-# _TICK, even with none due: a race due later than the tick's end then needs no wake-up, and on
-# a host that answers at once (its race ends microseconds after it began) the timer wakes
-# _TICK apart instead of once a call. _TICK is auto's floor, so an auto race never wakes it.
+# the shortest lead (``at`` less the instant it was given) of the races given since it last
+# looked, even with none due: a race due at its lead or later then needs no wake-up, and on a
+# host that answers at once (its race ends microseconds after it began) the timer wakes a lead
+# apart instead of once a call. Never less than _TICK, auto's floor, so a race on its delay
+# never wakes it.
 _TICK: Final = 0.010
 _BUSY: Final = 1.0
 # A timer thread that woke within this of the instant it slept until was on time.
@@ -114,18 +116,27 @@ class Timer:
         # Races the thread put back once already for the time it ran late (take_due); the
         # thread's own.
         self._put_back: set[Due] = set()
-        # The instant the thread sleeps until; +inf while it is awake or not started, so that
-        # every schedule() then takes the lock, which wakes or starts it.
+        # The instant the thread sleeps until: +inf before it starts, so that the first
+        # schedule() takes the lock and starts it; -inf while it is awake, as it looks at the
+        # races again before it sleeps, so no schedule() then takes the lock (at 64 callers a
+        # thread awake but waiting for the interpreter had a tenth of the calls take it).
         self._wake_at = _INF
         # The same instant, kept for the thread's next look only: how late it woke.
         self._slept_until = _INF
         self._scheduled_at = -_INF  # when the latest race was given
+        # The shortest lead of the races given since the thread last looked (written without
+        # the lock: a lead lost to another thread's write only shortens a sleep or wakes the
+        # thread once), and the one it sleeps by while races keep coming.
+        self._lead = _INF
+        self._cap = _TICK
         self._thread: threading.Thread | None = None
 
     def schedule(self, race: Due, at: float) -> None:
         """Launch *race*'s next hedge at *at* (``real_monotonic``), unless cancelled first."""
         self._due[race] = at
-        self._scheduled_at = real_monotonic()
+        now = self._scheduled_at = real_monotonic()
+        if at - now < self._lead:
+            self._lead = at - now
         # Read after the race is in the dict: a thread that went to sleep before this read
         # sleeps until the instant read here, and one that is awake will see the race.
         if at < self._wake_at:
@@ -174,22 +185,38 @@ class Timer:
                 ready.append(race)
         return ready
 
+    def sleep_until(self, now: float) -> float:
+        """The instant the thread sleeps until, having found no race due at *now*: the
+        earliest race's, and while races keep coming no later than the shortest lead of
+        those given since its last look (``_TICK`` at least), or the one before when none
+        was."""
+        earliest = min(self._due.copy().values(), default=_INF)
+        lead, self._lead = self._lead, _INF
+        if lead < _INF:
+            self._cap = max(_TICK, lead)
+        if now - self._scheduled_at < _BUSY:
+            earliest = min(earliest, now + self._cap)
+        return earliest
+
     def _run(self) -> None:
         while True:
             with self._lock:
+                self._wake_at = -_INF  # awake: it looks again before it sleeps
                 now = real_monotonic()
                 late, self._slept_until = now - self._slept_until, _INF
                 ready = self.take_due(now, late)
                 if not ready:
-                    earliest = min(self._due.copy().values(), default=_INF)
-                    if now - self._scheduled_at < _BUSY:
-                        earliest = min(earliest, now + _TICK)
-                    # A schedule() since the look above read +inf and waits on the lock to
-                    # wake the thread, or reads this instant: none is missed.
-                    self._wake_at = self._slept_until = earliest
-                    wait = None if earliest == _INF else min(earliest - now, _LONGEST_WAIT)
+                    until = self.sleep_until(now)
+                    # Published, then the races looked at once more: a schedule() before
+                    # that look is in it, and one after reads this instant and, if its race
+                    # is due sooner, waits on the lock to wake the thread. None is missed.
+                    self._wake_at = until
+                    if min(self._due.copy().values(), default=_INF) < until:
+                        continue
+                    self._slept_until = until
+                    wait = None if until == _INF else min(until - now, _LONGEST_WAIT)
                     self._wake.wait(wait)
-                    self._wake_at = _INF
+                    self._wake_at = -_INF
                     continue
             # Outside the lock: a launch takes the budget's lock and starts a worker.
             for race in ready:
