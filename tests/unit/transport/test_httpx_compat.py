@@ -228,3 +228,50 @@ def test_a_body_read_before_the_try_ends_is_unbound_from_the_deadline_all_the_sa
     stream = outcome.response.stream  # type: ignore[union-attr]
     assert isinstance(stream, CheckedStream)
     assert (stream.rules.deadline_at, outcome.response.content) == (None, b"held")  # type: ignore[union-attr]
+
+
+def _answer(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=b"ok")
+
+
+def test_a_subclass_with_a_send_of_its_own_has_it_called_on_every_call():
+    """The client runs httpx's request steps itself only when httpx's send is the next in
+    the class list: a subclass's own send is called as it would be through httpx."""
+    seen: list[str] = []
+
+    class Mine(ResilientClient):
+        def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            seen.append(request.method)
+            return super().send(request, **kwargs)
+
+    assert (Mine._client_steps, ResilientClient._client_steps) == (False, True)
+    with Mine(transport=httpx.MockTransport(_answer)) as client:
+        assert client.get(URL).content == b"ok"
+        assert client.post(URL, content=b"x").content == b"ok"
+    assert seen == ["GET", "POST"]
+
+
+def test_a_patched_httpx_request_is_called_as_without_the_shortcut(monkeypatch):
+    """httpx.Client.request patched (a tracer's, a test's) is called on every call."""
+    seen: list[str] = []
+    original = httpx.Client.request
+
+    def patched(self: httpx.Client, method: str, url: Any, **kwargs: Any) -> httpx.Response:
+        seen.append(method)
+        return original(self, method, url, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "request", patched)
+    with ResilientClient(transport=httpx.MockTransport(_answer)) as client:
+        assert client.get(URL, params={"a": "1"}).content == b"ok"
+    assert seen == ["GET"]
+
+
+def test_per_request_cookies_still_go_through_httpx_and_its_warning():
+    """A keyword httpx's request() does more with than hand on (cookies=, which it warns
+    of) takes httpx's own request(), warning and all."""
+    with (
+        ResilientClient(transport=httpx.MockTransport(_answer)) as client,
+        pytest.warns(DeprecationWarning, match="per-request cookies"),
+    ):
+        response = client.get(URL, cookies={"a": "1"})
+    assert (response.status_code, response.request.headers["Cookie"]) == (200, "a=1")
