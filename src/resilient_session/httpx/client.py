@@ -76,12 +76,29 @@ def _runs_client_steps(cls: type, ours: type, theirs: type) -> bool:
     return True
 
 
-class _Deadlines:
-    """``deadline=`` as ``ResilientSession`` takes it: the scope a call runs in."""
+class _Resilient:
+    """What both resilient clients add to httpx's: the :class:`ResilientTransport` they are
+    made on, its registry, and ``deadline=`` as ``ResilientSession`` takes it."""
 
     _resilient: ResilientTransport
     _runtime: Runtime
     _body_default: bool
+
+    def _made_on(self, resilient: ResilientTransport, made: bool, is_async: bool) -> None:
+        """Take *resilient* as this client's transport, before httpx's client is made on it:
+        it reads each non-streamed body inside the try, and closes an inner transport *made*
+        here, as httpx's client closes it."""
+        if is_async:
+            resilient._own_async_inner = made
+        else:
+            resilient._own_inner = made
+        resilient._reads_body = True
+        self._resilient = resilient
+        self._runtime = resilient.registry.runtime
+
+    @property
+    def registry(self) -> HostRegistry:
+        return self._resilient.registry
 
     def _scope(self, deadline: Any) -> DeadlineScope | None:
         runtime = self._runtime
@@ -93,7 +110,7 @@ class _Deadlines:
         return None
 
 
-class ResilientClient(_Deadlines, httpx.Client):
+class ResilientClient(_Resilient, httpx.Client):
     """An ``httpx.Client`` on a :class:`ResilientTransport`: retries, deadlines and per-host
     guards for every request, and the body of a non-streamed one read inside the try.
 
@@ -122,15 +139,12 @@ class ResilientClient(_Deadlines, httpx.Client):
         made = transport is None
         if transport is None:
             transport = httpx.HTTPTransport(retries=0, **_transport_options(kwargs))
-        self._resilient = ResilientTransport(
+        resilient = ResilientTransport(
             config, registry=registry, transport=transport, clock=clock, rng=rng,
             try_hooks=try_hooks, fallback=fallback,
         )  # fmt: skip
-        # Made here, so closed with the resilient transport, which httpx's client closes.
-        self._resilient._own_inner = made
-        self._resilient._reads_body = True
-        self._runtime = self._resilient.registry.runtime
-        super().__init__(transport=self._resilient, **kwargs)
+        self._made_on(resilient, made, is_async=False)
+        super().__init__(transport=resilient, **kwargs)
         self._body_default = _reads_by_default(self)
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
@@ -139,10 +153,6 @@ class ResilientClient(_Deadlines, httpx.Client):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._client_steps = _runs_client_steps(cls, ResilientClient, httpx.Client)
-
-    @property
-    def registry(self) -> HostRegistry:
-        return self._resilient.registry
 
     def request(  # adds deadline=
         self, method: str, url: httpx.URL | str, *, deadline: float | None = UNSET, **kwargs: Any
@@ -246,7 +256,7 @@ class ResilientClient(_Deadlines, httpx.Client):
         return self.request("DELETE", url)
 
 
-class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
+class AsyncResilientClient(_Resilient, httpx.AsyncClient):
     """An ``httpx.AsyncClient`` on a :class:`ResilientTransport`, as :class:`ResilientClient`
     is an ``httpx.Client``; waits are awaited on the registry's clock, never blocking the loop.
 
@@ -277,15 +287,12 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
         made = transport is None
         if transport is None:
             transport = httpx.AsyncHTTPTransport(retries=0, **_transport_options(kwargs))
-        self._resilient = ResilientTransport(
+        resilient = ResilientTransport(
             config, registry=registry, async_transport=transport, clock=clock, rng=rng,
             try_hooks=try_hooks, fallback=fallback,
         )  # fmt: skip
-        # Made here, so closed with the resilient transport, which httpx's client closes.
-        self._resilient._own_async_inner = made
-        self._resilient._reads_body = True
-        self._runtime = self._resilient.registry.runtime
-        super().__init__(transport=self._resilient, **kwargs)
+        self._made_on(resilient, made, is_async=True)
+        super().__init__(transport=resilient, **kwargs)
         self._body_default = _reads_by_default(self)
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
@@ -294,10 +301,6 @@ class AsyncResilientClient(_Deadlines, httpx.AsyncClient):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._client_steps = _runs_client_steps(cls, AsyncResilientClient, httpx.AsyncClient)
-
-    @property
-    def registry(self) -> HostRegistry:
-        return self._resilient.registry
 
     async def request(  # adds deadline=
         self, method: str, url: httpx.URL | str, *, deadline: float | None = UNSET, **kwargs: Any
