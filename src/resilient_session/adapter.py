@@ -13,11 +13,11 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict, first_attempt
+from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict
 from ._pipeline.call import start_call
-from ._pipeline.call_stage import Run
+from ._pipeline.call_stage import Run, first_and_retries
 from ._pipeline.chains import call_chain
-from ._pipeline.drive import Next, resume
+from ._pipeline.drive import Next
 from ._pipeline.stages import standard_chain
 from ._state.breaker import BreakerState
 from ._state.fallback import FailedCall
@@ -171,17 +171,10 @@ class ResilientAdapter(HTTPAdapter):
             request, self._registry, REQUESTS_WIRE, stream, timeout, verify, cert, proxies
         )
         calls = self._calls
-        if calls is None:
-            # No call stage: call_stage.Tries, inlined, as is Outcome.unwrap for the call that
-            # ends with a response of its own; the first try is sent here and the loop entered
-            # only for a retry.
-            # hot path: first-try-inline
-            first = first_attempt(call)
-            outcome = self._chain(first)
-            if outcome.decision.verdict is _RETRY:
-                outcome = resume(self._chain, first, outcome)
-        else:
-            outcome = calls(call)
+        # No call stage: the innermost run called directly, and Outcome.unwrap inlined for
+        # the call that ends with a response of its own.
+        # hot path: first-try-inline
+        outcome = first_and_retries(self._chain, call) if calls is None else calls(call)
         # The fields read at once, not one descriptor call each.
         # hot path: unpacked-outcome
         answer, error, _, _, _, fallback = outcome

@@ -36,12 +36,19 @@ class CallStage(Protocol):
     def __call__(self, call: Call, run: Run, /) -> Outcome: ...
 
 
-class Tries:
-    """The innermost run: a call's first try on the per-try *chain*, then its retries.
+def first_and_retries(chain: Next, call: Call) -> Outcome:
+    """*call*'s first try on the per-try *chain*, then its retries while the decision says so:
+    the innermost run. ``ResilientAdapter.send`` and ``ResilientTransport.handle_request`` call
+    it directly when no call stage is configured (the call chain would be ``Tries`` alone)."""
+    first = first_attempt(call)
+    outcome = chain(first)
+    if outcome.decision.verdict is _RETRY:
+        outcome = resume(chain, first, outcome)
+    return outcome
 
-    ``ResilientAdapter.send`` runs the same steps inline when no call stage is configured (the
-    call chain would be this alone); the two are written alike.
-    """
+
+class Tries:
+    """The innermost run as the call chain holds it: ``first_and_retries`` on *chain*."""
 
     __slots__ = ("chain",)
 
@@ -49,11 +56,7 @@ class Tries:
         self.chain = chain
 
     def __call__(self, call: Call, /) -> Outcome:
-        first = first_attempt(call)
-        outcome = self.chain(first)
-        if outcome.decision.verdict is _RETRY:
-            outcome = resume(self.chain, first, outcome)
-        return outcome
+        return first_and_retries(self.chain, call)
 
     def resume(self, attempt: Attempt, outcome: Outcome, /) -> Outcome:
         return resume(self.chain, attempt, outcome)

@@ -12,8 +12,8 @@ from typing import Any, cast
 import httpx
 
 from resilient_session._observe.hooks import TryHook
-from resilient_session._pipeline.aio import AsyncNext, aresume, async_chain
-from resilient_session._pipeline.aio.calls import AsyncRun
+from resilient_session._pipeline.aio import AsyncNext, async_chain
+from resilient_session._pipeline.aio.calls import AsyncRun, afirst_and_retries
 from resilient_session._pipeline.aio.chains import async_call_chain
 from resilient_session._pipeline.attempt import (
     ANSWERED,
@@ -22,12 +22,11 @@ from resilient_session._pipeline.attempt import (
     Call,
     Outcome,
     Verdict,
-    first_attempt,
 )
 from resilient_session._pipeline.call import start_call
-from resilient_session._pipeline.call_stage import Run
+from resilient_session._pipeline.call_stage import Run, first_and_retries
 from resilient_session._pipeline.chains import call_chain
-from resilient_session._pipeline.drive import Next, resume
+from resilient_session._pipeline.drive import Next
 from resilient_session._pipeline.stages import standard_chain
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.registry import HostRegistry
@@ -137,13 +136,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         inner transport would for the last real try."""
         call = self.start(request)
         calls = self._calls
-        if calls is None:
-            first = first_attempt(call)
-            outcome = self._chain(first)
-            if outcome.decision.verdict is _RETRY:
-                outcome = resume(self._chain, first, outcome)
-        else:
-            outcome = calls(call)
+        # hot path: first-try-inline
+        outcome = first_and_retries(self._chain, call) if calls is None else calls(call)
         # The fields read at once, not one descriptor call each.
         # hot path: unpacked-outcome
         answer, error, _, _, _, fallback = outcome
@@ -247,13 +241,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             chain = self._build_async()
         call = self.start(request)
         calls = self._async_calls
-        if calls is None:
-            first = first_attempt(call)
-            outcome = await chain(first)
-            if outcome.decision.verdict is _RETRY:
-                outcome = await aresume(chain, first, outcome)
-        else:
-            outcome = await calls(call)
+        # hot path: first-try-inline
+        outcome = await (afirst_and_retries(chain, call) if calls is None else calls(call))
         # The fields read at once, not one descriptor call each.
         # hot path: unpacked-outcome
         answer, error, _, _, _, fallback = outcome

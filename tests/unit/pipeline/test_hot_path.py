@@ -14,6 +14,7 @@ import resilient_session.adapter as adapter_module
 from resilient_session import ResilientSession
 from resilient_session._adopted_adapters import Around, MountedAround
 from resilient_session._hops import format_attempt
+from resilient_session._pipeline import call_stage as call_stage_module
 from resilient_session._pipeline import intent
 from resilient_session._pipeline.attempt import Attempt, Outcome
 from resilient_session._pipeline.drive import Next, compose, resume
@@ -69,7 +70,7 @@ def test_a_call_its_first_try_ends_never_enters_the_loop(monkeypatch, clock):
         entered.append(attempt.number)
         return resume(handler, attempt, outcome)
 
-    monkeypatch.setattr(adapter_module, "resume", counted)
+    monkeypatch.setattr(call_stage_module, "resume", counted)
     monkeypatch.setattr(HTTPAdapter, "send", _canned([200, 503, 200]))
     with ResilientSession(clock=clock) as session:
         first = session.get("http://svc.test/a").status_code

@@ -30,21 +30,26 @@ class AsyncCallStage(Protocol):
     def __call__(self, call: Call, run: AsyncRun, /) -> Awaitable[Outcome]: ...
 
 
+async def afirst_and_retries(chain: AsyncNext, call: Call) -> Outcome:
+    """``call_stage.first_and_retries`` on the async per-try *chain*, each try awaited;
+    ``handle_async_request`` awaits it directly when no call stage is configured."""
+    first = first_attempt(call)
+    outcome = await chain(first)
+    if outcome.decision.verdict is _RETRY:
+        outcome = await aresume(chain, first, outcome)
+    return outcome
+
+
 class AsyncTries:
-    """The innermost run: a call's first try on the async per-try *chain*, then its retries;
-    ``handle_async_request`` runs the same steps inline when no call stage is configured."""
+    """The innermost run as the async call chain holds it: ``afirst_and_retries``."""
 
     __slots__ = ("chain",)
 
     def __init__(self, chain: AsyncNext) -> None:
         self.chain = chain
 
-    async def __call__(self, call: Call, /) -> Outcome:
-        first = first_attempt(call)
-        outcome = await self.chain(first)
-        if outcome.decision.verdict is _RETRY:
-            outcome = await aresume(self.chain, first, outcome)
-        return outcome
+    def __call__(self, call: Call, /) -> Awaitable[Outcome]:
+        return afirst_and_retries(self.chain, call)
 
     def resume(self, attempt: Attempt, outcome: Outcome, /) -> Awaitable[Outcome]:
         return aresume(self.chain, attempt, outcome)
