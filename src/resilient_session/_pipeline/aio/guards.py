@@ -8,15 +8,13 @@ from types import FunctionType
 from typing import TYPE_CHECKING, cast
 
 from resilient_session._pipeline.attempt import (
-    ANSWERED,
     Attempt,
     Decision,
     Outcome,
     Reason,
     Verdict,
 )
-from resilient_session._pipeline.stages.breaker import recorded, settled
-from resilient_session._pipeline.stages.decide import decided
+from resilient_session._pipeline.stages.guards import breaker_and_decision
 from resilient_session._pipeline.stages.limit import limit_signal
 from resilient_session._pipeline.stages.throttle import count_answer
 from resilient_session._state.breaker import TryResult
@@ -104,17 +102,8 @@ async def aguard_tries(attempt: Attempt, call_next: AsyncNext, guarded: AsyncNex
         # records it.
         breaker.record(permit, _NEUTRAL, False, False)
         raise
-    if happy:
-        breaker_state, transition = breaker.record(permit, _SUCCESS)
-        # hot path: answered
-        if transition is None and outcome.breaker is breaker_state:
-            if outcome.decision is ANSWERED:
-                return outcome
-            return outcome.with_decision(ANSWERED)
-        outcome = settled(attempt, outcome, breaker_state, transition)
-        return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
-    outcome = decided(attempt, recorded(attempt, outcome, breaker, permit))
-    if outcome.decision.verdict is not _RETRY:
+    outcome = breaker_and_decision(attempt, outcome, happy, breaker, permit)
+    if happy or outcome.decision.verdict is not _RETRY:
         return outcome
     # The async budget stage's step for a retry: a token, and the answer released by awaiting.
     if not bucket.try_withdraw():

@@ -9,7 +9,7 @@ from types import FunctionType
 from resilient_session._pipeline.attempt import ANSWERED, Attempt, Outcome, Verdict
 from resilient_session._pipeline.drive import Next, TryStage, compose
 from resilient_session._pipeline.slots import Slots
-from resilient_session._state.breaker import TryResult
+from resilient_session._state.breaker import CircuitBreaker, Permit, TryResult
 from resilient_session._state.limit import Signal
 
 from .breaker import guard_with_breaker, recorded, settled
@@ -113,6 +113,18 @@ def guard_tries(attempt: Attempt, call_next: Next, guarded: Next, /) -> Outcome:
         # Recorded even then, as the breaker stage does, so no probe slot is ever leaked.
         breaker.record(permit, _NEUTRAL)
         raise
+    outcome = breaker_and_decision(attempt, outcome, happy, breaker, permit)
+    if happy or outcome.decision.verdict is not _RETRY:
+        return outcome
+    return pay_for_retry(attempt, outcome, bucket)
+
+
+def breaker_and_decision(
+    attempt: Attempt, outcome: Outcome, happy: bool, breaker: CircuitBreaker, permit: Permit
+) -> Outcome:
+    """After a try the folded guards admitted at once, limit and throttle done: the breaker's
+    record of it and the decision, as the breaker and decide stages make them, for the sync
+    fold and the async one alike. A retry's payment is the caller's (awaited when async)."""
     if happy:
         breaker_state, transition = breaker.record(permit, _SUCCESS)
         # hot path: answered
@@ -123,7 +135,4 @@ def guard_tries(attempt: Attempt, call_next: Next, guarded: Next, /) -> Outcome:
             return outcome.with_decision(ANSWERED)
         outcome = settled(attempt, outcome, breaker_state, transition)
         return outcome if outcome.decision is ANSWERED else outcome.with_decision(ANSWERED)
-    outcome = decided(attempt, recorded(attempt, outcome, breaker, permit))
-    if outcome.decision.verdict is not _RETRY:
-        return outcome
-    return pay_for_retry(attempt, outcome, bucket)
+    return decided(attempt, recorded(attempt, outcome, breaker, permit))
