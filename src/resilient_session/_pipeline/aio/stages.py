@@ -15,13 +15,18 @@ from resilient_session._pipeline.attempt import (
     Reason,
     Verdict,
 )
-from resilient_session._pipeline.classify import meaning_of
 from resilient_session._pipeline.refusal import refuse
-from resilient_session._pipeline.stages.breaker import report, reset_throttle, try_result
+from resilient_session._pipeline.stages.breaker import (
+    breaker_refusal,
+    recorded,
+    report,
+    settled,
+)
 from resilient_session._pipeline.stages.deadline import attempt_value
 from resilient_session._pipeline.stages.decide import decide
 from resilient_session._pipeline.stages.limit import limit_signal
 from resilient_session._pipeline.stages.send import tell_senders as sync_tell_senders
+from resilient_session._pipeline.stages.throttle import count_answer, throttle_refusal
 from resilient_session._pipeline.stages.try_record import try_record
 from resilient_session._pipeline.wire import ErrorKind
 from resilient_session._state.breaker import BreakerState, TryResult
@@ -149,13 +154,7 @@ async def guard_with_breaker(attempt: Attempt, call_next: AsyncNext, /) -> Outco
     if opened_to_probe is not None:
         report(attempt, opened_to_probe)
     if permit is None:
-        return refuse(
-            attempt,
-            Reason.BREAKER_OPEN,
-            f"circuit breaker for {breaker.host}"
-            f"{'' if breaker.route is None else f' (route {breaker.route})'} is open; "
-            "the call was not sent",
-        ).with_breaker(BreakerState.OPEN)
+        return breaker_refusal(attempt, breaker)
     try:
         outcome = await call_next(attempt)
     except BaseException:
@@ -163,16 +162,10 @@ async def guard_with_breaker(attempt: Attempt, call_next: AsyncNext, /) -> Outco
         # sync path: it says nothing of the host.
         breaker.record(permit, TryResult.NEUTRAL, False, False)
         raise
-    refused = outcome.refused
-    result = TryResult.SUCCESS if _happy(outcome) else try_result(attempt, outcome)
-    state, transition = breaker.record(
-        permit, result, refused is None, refused is Reason.DEADLINE_SPENT
-    )
-    if transition is not None:
-        if transition.to_state is _CLOSED:
-            reset_throttle(attempt)
-        report(attempt, transition)
-    return outcome if outcome.breaker is state else outcome.with_breaker(state)
+    if _happy(outcome):
+        state, transition = breaker.record(permit, TryResult.SUCCESS)
+        return settled(attempt, outcome, state, transition)
+    return recorded(attempt, outcome, breaker, permit)
 
 
 async def throttle_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
@@ -182,21 +175,14 @@ async def throttle_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     if throttle is None:
         return await call_next(attempt)
     if throttle.may_refuse and state.breaker.closed_admission is not None:
-        probability = throttle.ask()
-        if probability is not None:
-            return refuse(
-                attempt,
-                Reason.THROTTLED,
-                f"adaptive throttle for {state.key} refused the try (refusal chance "
-                f"{probability:.1%}: the host failed most recent tries); it was not sent",
-            )
+        refusal = throttle_refusal(attempt, throttle)
+        if refusal is not None:
+            return refusal
     outcome = await call_next(attempt)
     if _happy(outcome):
         throttle.accepted(attempt.call.started_at)
         return outcome
-    accepted = meaning_of(outcome, attempt.call).accepted
-    if accepted is not None:
-        throttle.record(accepted)
+    count_answer(attempt, outcome, throttle)
     return outcome
 
 

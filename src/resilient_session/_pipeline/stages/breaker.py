@@ -32,12 +32,7 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
     if opened_to_probe is not None:
         report(attempt, opened_to_probe)
     if permit is None:
-        return refuse(
-            attempt,
-            Reason.BREAKER_OPEN,
-            f"circuit breaker for {breaker.host}{_of_route(breaker.route)} is open; "
-            "the call was not sent",
-        ).with_breaker(BreakerState.OPEN)
+        return breaker_refusal(attempt, breaker)
     try:
         outcome = call_next(attempt)
     except BaseException:
@@ -53,6 +48,16 @@ def guard_with_breaker(attempt: Attempt, call_next: Next, /) -> Outcome:
         # hot path: answered
         return outcome if outcome.breaker is state else outcome.with_breaker(state)
     return recorded(attempt, outcome, breaker, permit)
+
+
+def breaker_refusal(attempt: Attempt, breaker: CircuitBreaker) -> Outcome:
+    """The refusal of a try *breaker*, open or out of probe slots, did not admit."""
+    return refuse(
+        attempt,
+        Reason.BREAKER_OPEN,
+        f"circuit breaker for {breaker.host}{_of_route(breaker.route)} is open; "
+        "the call was not sent",
+    ).with_breaker(BreakerState.OPEN)
 
 
 def recorded(

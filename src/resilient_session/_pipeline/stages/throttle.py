@@ -19,14 +19,9 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
     # would only hand its slot to the next call. Its result still counts below.
     # hot path: throttle-gate
     if throttle.may_refuse and state.breaker.closed_admission is not None:
-        probability = throttle.ask()
-        if probability is not None:
-            return refuse(
-                attempt,
-                Reason.THROTTLED,
-                f"adaptive throttle for {state.key} refused the try (refusal chance "
-                f"{probability:.1%}: the host failed most recent tries); it was not sent",
-            )
+        refusal = throttle_refusal(attempt, throttle)
+        if refusal is not None:
+            return refusal
     outcome = call_next(attempt)
     response = outcome.response
     # hot path: happy
@@ -35,6 +30,19 @@ def throttle_tries(attempt: Attempt, call_next: Next, /) -> Outcome:
         return outcome
     count_answer(attempt, outcome, throttle)
     return outcome
+
+
+def throttle_refusal(attempt: Attempt, throttle: AdaptiveThrottle) -> Outcome | None:
+    """The refusal of a try *throttle* refuses, drawn with its probability; None to send it."""
+    probability = throttle.ask()
+    if probability is None:
+        return None
+    return refuse(
+        attempt,
+        Reason.THROTTLED,
+        f"adaptive throttle for {attempt.call.state.key} refused the try (refusal chance "
+        f"{probability:.1%}: the host failed most recent tries); it was not sent",
+    )
 
 
 def count_answer(attempt: Attempt, outcome: Outcome, throttle: AdaptiveThrottle) -> None:
