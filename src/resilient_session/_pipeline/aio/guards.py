@@ -18,6 +18,7 @@ from resilient_session._pipeline.stages.guards import breaker_and_decision
 from resilient_session._pipeline.stages.limit import limit_signal
 from resilient_session._pipeline.stages.throttle import count_answer
 from resilient_session._state.breaker import TryResult
+from resilient_session._state.budget import TokenBucket
 from resilient_session._state.limit import Signal
 
 if TYPE_CHECKING:
@@ -105,11 +106,18 @@ async def aguard_tries(attempt: Attempt, call_next: AsyncNext, guarded: AsyncNex
     outcome = breaker_and_decision(attempt, outcome, happy, breaker, permit)
     if happy or outcome.decision.verdict is not _RETRY:
         return outcome
-    # The async budget stage's step for a retry: a token, and the answer released by awaiting.
+    return await apay_for_retry(attempt, outcome, bucket)
+
+
+async def apay_for_retry(attempt: Attempt, outcome: Outcome, bucket: TokenBucket) -> Outcome:
+    """``stages.budget.pay_for_retry``, its answer released by awaiting: a token for the retry
+    *outcome* decided, and the answer it replaces let go of; the outcome ends the call
+    instead when no token is left, or when the caller's deadline ran out during the read."""
     if not bucket.try_withdraw():
         return outcome.with_decision(_BUDGET_EXHAUSTED)
     answer = outcome.response
     if answer is not None:
+        call = attempt.call
         wire = cast("AsyncWire", call.wire)
         try:
             cut = await wire.arelease(answer, call.deadline_at, call.runtime)

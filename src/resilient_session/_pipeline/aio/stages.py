@@ -10,7 +10,6 @@ from resilient_session._observe.events import STRUCTLOG_STATE, logger_for
 from resilient_session._pipeline.attempt import (
     ANSWERED,
     Attempt,
-    Decision,
     Outcome,
     Reason,
     Verdict,
@@ -29,11 +28,11 @@ from resilient_session._pipeline.stages.send import tell_senders as sync_tell_se
 from resilient_session._pipeline.stages.throttle import count_answer, throttle_refusal
 from resilient_session._pipeline.stages.try_record import try_record
 from resilient_session._pipeline.wire import ErrorKind
-from resilient_session._state.breaker import BreakerState, TryResult
+from resilient_session._state.breaker import TryResult
 from resilient_session._state.limit import Signal
 
 from .drive import AsyncNext, AsyncTryStage, acompose
-from .guards import linked_guards
+from .guards import apay_for_retry, linked_guards
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -46,9 +45,6 @@ if TYPE_CHECKING:
 _INFO = logging.INFO
 _STRUCTLOG = STRUCTLOG_STATE
 _RETRY = Verdict.RETRY
-_CLOSED = BreakerState.CLOSED
-_BUDGET_EXHAUSTED = Decision(Verdict.GIVE_UP, Reason.BUDGET_EXHAUSTED)
-_DEADLINE = Decision(Verdict.GIVE_UP, Reason.DEADLINE)
 
 
 def _happy(outcome: Outcome) -> bool:
@@ -110,21 +106,7 @@ async def spend_budget(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
     outcome = await call_next(attempt)
     if outcome.decision.verdict is not _RETRY:
         return outcome
-    if not bucket.try_withdraw():
-        return outcome.with_decision(_BUDGET_EXHAUSTED)
-    answer = outcome.response
-    if answer is not None:
-        call = attempt.call
-        wire = cast("AsyncWire", call.wire)
-        try:
-            cut = await wire.arelease(answer, call.deadline_at, call.runtime)
-        except BaseException:
-            bucket.refund()  # cancelled while releasing: the retry will not be sent
-            raise
-        if cut is not None:
-            bucket.refund()
-            return Outcome(answer, cut, _DEADLINE, breaker=outcome.breaker)
-    return outcome
+    return await apay_for_retry(attempt, outcome, bucket)
 
 
 async def decide_tries(attempt: Attempt, call_next: AsyncNext, /) -> Outcome:
