@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -100,6 +101,17 @@ class _Resilient:
     def registry(self) -> HostRegistry:
         return self._resilient.registry
 
+    def _body_told(self, stream: bool) -> contextvars.Token[bool | None] | None:
+        """``READ_BODY`` set for a send of this client's when the transport would not do by
+        itself what the send asks, or None when it would: it reads a body inside the try
+        unless told not to (a streamed send), and is told to read one inside a streamed send
+        (an auth flow's, a hook's) or beside a ResilientTransport mounted on this client."""
+        if stream:
+            return READ_BODY.set(False)
+        if self._body_default and READ_BODY.get() is not False:
+            return None
+        return READ_BODY.set(True)
+
     def _scope(self, deadline: Any) -> DeadlineScope | None:
         runtime = self._runtime
         if deadline is not UNSET:
@@ -183,13 +195,12 @@ class ResilientClient(_Resilient, httpx.Client):
                     # hot path: verb-call
                     auth = follow_redirects = _USE_CLIENT_DEFAULT
                     request = self.build_request(method, url)
-                if self._body_default and READ_BODY.get() is not False:
-                    # The transport made here reads the body unless told otherwise.
+                read_body = self._body_told(False)
+                if read_body is None:
                     # hot path: body-default
                     return httpx.Client.send(
                         self, request, auth=auth, follow_redirects=follow_redirects
                     )
-                read_body = READ_BODY.set(True)
                 try:
                     return httpx.Client.send(
                         self, request, auth=auth, follow_redirects=follow_redirects
@@ -204,13 +215,8 @@ class ResilientClient(_Resilient, httpx.Client):
     def send(
         self, request: httpx.Request, *, stream: bool = False, **kwargs: Any
     ) -> httpx.Response:
-        # The transport made here reads the body inside the try unless the send streams it:
-        # a streamed send says so, and a send inside one (an auth flow's, a hook's) says not.
-        if stream:
-            token = READ_BODY.set(False)
-        elif READ_BODY.get() is False or not self._body_default:
-            token = READ_BODY.set(True)
-        else:
+        token = self._body_told(stream)
+        if token is None:
             return super().send(request, stream=False, **kwargs)
         try:
             return super().send(request, stream=stream, **kwargs)
@@ -330,12 +336,12 @@ class AsyncResilientClient(_Resilient, httpx.AsyncClient):
                     # hot path: verb-call
                     auth = follow_redirects = _USE_CLIENT_DEFAULT
                     request = self.build_request(method, url)
-                if self._body_default and READ_BODY.get() is not False:
+                read_body = self._body_told(False)
+                if read_body is None:
                     # hot path: body-default
                     return await httpx.AsyncClient.send(
                         self, request, auth=auth, follow_redirects=follow_redirects
                     )
-                read_body = READ_BODY.set(True)
                 try:
                     return await httpx.AsyncClient.send(
                         self, request, auth=auth, follow_redirects=follow_redirects
@@ -350,12 +356,8 @@ class AsyncResilientClient(_Resilient, httpx.AsyncClient):
     async def send(
         self, request: httpx.Request, *, stream: bool = False, **kwargs: Any
     ) -> httpx.Response:
-        # As ResilientClient.send says.
-        if stream:
-            token = READ_BODY.set(False)
-        elif READ_BODY.get() is False or not self._body_default:
-            token = READ_BODY.set(True)
-        else:
+        token = self._body_told(stream)
+        if token is None:
             return await super().send(request, stream=False, **kwargs)
         try:
             return await super().send(request, stream=stream, **kwargs)
