@@ -6,6 +6,11 @@ Both clients of a pair send on the same inner transport, which answers a canned 
 so each runs all of its own code and none of the network's; the async pair's calls are
 awaited one after another on one asyncio loop.
 
+A third figure, ``plain httpx, same jar``, is plain httpx's client with the resilient clients'
+cookie jar (``AnswerCookies``, which skips ``http.cookiejar`` for an answer that sets no
+cookie, as the canned one sets none): what the resilient client adds over it is the cost of
+its stages alone, and what the jar saves is told apart from it.
+
 Usage (from the project root):
   python benchmarks/instr_httpx.py                  # sync and async pairs
   python benchmarks/instr_httpx.py --only async --calls 800 --reps 1
@@ -46,6 +51,12 @@ def _freeze() -> None:
     gc.freeze()
 
 
+def _same_jar(client: Any) -> None:
+    from resilient_session._transport.httpx_cookies import AnswerCookies
+
+    client._cookies = AnswerCookies(client._cookies.jar)
+
+
 def child(kind: str, which: str, n: int) -> None:
     """One measured process: *n* calls after ``WARM`` on the *kind* (sync, async) client."""
     import httpx
@@ -55,10 +66,12 @@ def child(kind: str, which: str, n: int) -> None:
     canned, async_canned = _canned()
     if kind == "sync":
         client: Any = (
-            httpx.Client(transport=canned)
-            if which == "plain"
-            else ResilientClient(transport=canned)
+            ResilientClient(transport=canned)
+            if which == "resilient"
+            else httpx.Client(transport=canned)
         )
+        if which == "same-jar":
+            _same_jar(client)
         get = client.get
         _freeze()
         for _ in range(WARM + n):
@@ -71,10 +84,12 @@ def child(kind: str, which: str, n: int) -> None:
 
     async def calls() -> None:
         client: Any = (
-            httpx.AsyncClient(transport=async_canned)
-            if which == "plain"
-            else AsyncResilientClient(transport=async_canned)
+            AsyncResilientClient(transport=async_canned)
+            if which == "resilient"
+            else httpx.AsyncClient(transport=async_canned)
         )
+        if which == "same-jar":
+            _same_jar(client)
         get = client.get
         _freeze()
         for _ in range(WARM + n):
@@ -107,13 +122,14 @@ def main() -> None:
             continue
         figures = {
             which: per_call(functools.partial(count, meter, kind, which), a.calls, a.reps)
-            for which in ("plain", "resilient")
+            for which in ("plain", "same-jar", "resilient")
         }
-        p, c = figures["plain"]["per_call"], figures["resilient"]["per_call"]
+        p, j, c = (figures[which]["per_call"] for which in ("plain", "same-jar", "resilient"))
+        spread = ", ".join(f"{which} {figures[which]['spread']:,.0f}" for which in figures)
         print(
-            f"{kind} instructions per call ({meter}): plain httpx {p:,.0f}, resilient {c:,.0f}, "
-            f"added {c - p:,.0f} (x{c / p:.3f}); spread plain {figures['plain']['spread']:,.0f},"
-            f" resilient {figures['resilient']['spread']:,.0f}"
+            f"{kind} instructions per call ({meter}): plain httpx {p:,.0f}, resilient {c:,.0f}"
+            f" (x{c / p:.3f}); plain httpx, same jar {j:,.0f}: the stages add {c - j:,.0f}"
+            f" (x{c / j:.3f}), the jar saves {p - j:,.0f}; spread {spread}"
         )
 
 

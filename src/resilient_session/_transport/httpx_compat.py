@@ -64,6 +64,24 @@ def copied_request(request: httpx.Request) -> httpx.Request:
     return sent
 
 
+# The folded names ``http.cookiejar`` reads an answer's cookies from (``make_cookies``, by
+# ``email.message.Message.get_all``, which matches a name in any case).
+_COOKIE_SETTING: Final = (b"set-cookie", b"set-cookie2")
+
+
+def may_set_cookie(headers: httpx.Headers) -> bool:
+    """Whether ``http.cookiejar`` could find a cookie in an answer with *headers*: one is
+    named ``Set-Cookie`` or ``Set-Cookie2``, or one's name is not ASCII (the email parser
+    lowers names as text, and the Kelvin sign lowers to "k"). Read from the folded names of
+    ``Headers._list`` as they stand, without decoding a value."""
+    # hot path: cookie-skip
+    for item in headers._list:
+        folded = item[1]
+        if folded in _COOKIE_SETTING or not folded.isascii():
+            return True
+    return False
+
+
 # The as-given and folded bytes of the ASCII header names set on tries (a config names a few).
 _NAMES: dict[str, tuple[bytes, bytes]] = {}
 _NAMES_KEPT = 64

@@ -15,6 +15,7 @@ from resilient_session._observe.hooks import TryHook
 from resilient_session._state.fallback import FailedCall
 from resilient_session._state.registry import HostRegistry
 from resilient_session._state.runtime import Runtime
+from resilient_session._transport.httpx_cookies import AnswerCookies, answer_cookies
 from resilient_session.clock import SYSTEM_CLOCK, Clock
 from resilient_session.config import Config
 from resilient_session.deadline import DeadlineScope, call_scope, narrowed
@@ -97,9 +98,29 @@ class _Resilient:
         self._resilient = resilient
         self._runtime = resilient.registry.runtime
 
+    def _client_made(self) -> None:
+        """What follows httpx's client's own making: whether a send need tell the transport
+        to read the body, and a jar that skips answers setting no cookie (httpx_cookies)."""
+        client: Any = self
+        self._body_default = _reads_by_default(client)
+        client._cookies = AnswerCookies(client._cookies.jar)
+
     @property
     def registry(self) -> HostRegistry:
         return self._resilient.registry
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        """As httpx's client's: the cookies sent with each request and kept from answers."""
+        client: Any = self  # httpx's client, whose jar _client_made replaced
+        cookies: httpx.Cookies = client._cookies
+        return cookies
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        # As httpx's setter (a Cookies given is copied, a CookieJar kept), on AnswerCookies.
+        client: Any = self
+        client._cookies = answer_cookies(cookies)
 
     def _body_told(self, stream: bool) -> contextvars.Token[bool | None] | None:
         """``READ_BODY`` set for a send of this client's when the transport would not do by
@@ -157,7 +178,7 @@ class ResilientClient(_Resilient, httpx.Client):
         )  # fmt: skip
         self._made_on(resilient, made, is_async=False)
         super().__init__(transport=resilient, **kwargs)
-        self._body_default = _reads_by_default(self)
+        self._client_made()
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
     _client_steps: ClassVar[bool] = True
@@ -299,7 +320,7 @@ class AsyncResilientClient(_Resilient, httpx.AsyncClient):
         )  # fmt: skip
         self._made_on(resilient, made, is_async=True)
         super().__init__(transport=resilient, **kwargs)
-        self._body_default = _reads_by_default(self)
+        self._client_made()
 
     # Whether request() may run httpx's request() steps itself (_runs_client_steps).
     _client_steps: ClassVar[bool] = True
