@@ -40,27 +40,38 @@ class _CountedWraps:
         monkeypatch.setattr(httpx.Cookies, "_CookieCompatResponse", Counted)
 
 
+def _wraps(monkeypatch: pytest.MonkeyPatch, cookies: httpx.Cookies, answer: Any) -> int:
+    counted = _CountedWraps(monkeypatch)
+    cookies.extract_cookies(answer)
+    monkeypatch.undo()
+    return counted.wrapped
+
+
 @pytest.mark.parametrize(
-    ("headers", "wrapped"),
+    ("headers", "readable"),
     [
-        ([(b"Content-Type", b"application/json")], 0),
-        ([], 0),
-        ([(b"Set-Cookie", b"a=1; Path=/")], 1),
-        ([(b"SET-COOKIE", b"a=1")], 1),
-        ([(b"Set-Cookie2", b'a="1"; Version="1"')], 1),
+        ([(b"Content-Type", b"application/json")], False),
+        ([], False),
+        ([(b"Set-Cookie", b"a=1; Path=/")], True),
+        ([(b"SET-COOKIE", b"a=1")], True),
+        ([(b"Set-Cookie2", b'a="1"; Version="1"')], True),
         # The Kelvin sign lowers to "k" in the email parser's comparison: left to the jar.
-        ([("set-coo\u212aie".encode(), b"a=1")], 1),
+        ([("set-coo\u212aie".encode(), b"a=1")], True),
     ],
 )
 def test_the_jar_is_handed_only_an_answer_with_a_header_it_could_read(
-    monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes, bytes]], wrapped: int
+    monkeypatch: pytest.MonkeyPatch, headers: list[tuple[bytes, bytes]], readable: bool
 ):
-    counted = _CountedWraps(monkeypatch)
-    AnswerCookies().extract_cookies(_answer(headers))
-    assert counted.wrapped == wrapped
+    """Handed on as httpx's own Cookies hands it on (every answer on httpx 0.28; the httpx2
+    fork skips those without a Set-Cookie name itself), save one no header of could set a
+    cookie."""
+    theirs = _wraps(monkeypatch, httpx.Cookies(), _answer(headers))
+    ours = _wraps(monkeypatch, AnswerCookies(), _answer(headers))
+    assert ours == (theirs if readable else 0)
+    assert theirs in (0, 1)
 
 
-def test_a_jar_with_logic_of_its_own_is_handed_every_answer():
+def test_a_jar_with_logic_of_its_own_is_handed_what_httpxs_cookies_hand_it():
     class Seeing(http.cookiejar.CookieJar):
         seen = 0
 
@@ -76,18 +87,27 @@ def test_a_jar_with_logic_of_its_own_is_handed_every_answer():
             return super().make_cookies(response, request)
 
     plain = [(b"Content-Type", b"text/plain")]
-    AnswerCookies(Seeing()).extract_cookies(_answer(plain))
-    AnswerCookies(Making()).extract_cookies(_answer(plain))
-    assert (Seeing.seen, Making.made) == (1, 1)
+    handed = []
+    for cookies_class in (httpx.Cookies, AnswerCookies):
+        Seeing.seen = Making.made = 0
+        cookies_class(Seeing()).extract_cookies(_answer(plain))
+        cookies_class(Making()).extract_cookies(_answer(plain))
+        handed.append((Seeing.seen, Making.made))
+    assert handed[1] == handed[0]
+    assert handed[0] in ((1, 1), (0, 0))
 
 
-def test_an_answer_without_its_request_raises_as_httpx_does():
+def _raised(cookies: httpx.Cookies, answer: Any) -> str | None:
+    try:
+        cookies.extract_cookies(answer)
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+def test_an_answer_without_its_request_fares_as_in_httpxs():
     bare = httpx.Response(200, headers=[(b"Content-Type", b"text/plain")])
-    with pytest.raises(RuntimeError) as plain:
-        httpx.Cookies().extract_cookies(bare)
-    with pytest.raises(RuntimeError) as ours:
-        AnswerCookies().extract_cookies(bare)
-    assert str(ours.value) == str(plain.value)
+    assert _raised(AnswerCookies(), bare) == _raised(httpx.Cookies(), bare)
 
 
 _NAMES = st.sampled_from(
