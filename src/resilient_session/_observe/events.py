@@ -4,6 +4,7 @@ one ``http.fallback`` per call a fallback answered."""
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -91,12 +92,31 @@ def _resolve(config: dict[str, Any]) -> _Resolved:
     if isinstance(wrapped, logging.Logger):
         is_enabled_for = wrapped.isEnabledFor
     elif not fixed:
-        is_enabled_for = getattr(logger, "isEnabledFor", None) or getattr(
-            logger, "is_enabled_for", None
-        )
+        is_enabled_for = _level_check(logger)
     # A copy of the processors, of their own type: a tuple stays a tuple and equal.
     kept = {**config, "processors": copy.copy(config["processors"])}
     return _Resolved(kept, logger, info, warning, is_enabled_for)
+
+
+def _level_check(logger: Any) -> Callable[[int], bool] | None:
+    """The bound logger's own level check, when it has one that answers; else None, and every
+    event goes to structlog, which logs through such a logger all the same.
+
+    The name is looked up on the class: structlog's generic ``BoundLogger`` forwards any name it
+    lacks to the wrapped logger as a log call, so asking the instance would log the level as an
+    event, then fail. The check is tried once here: structlog's stdlib ``BoundLogger`` asks the
+    wrapped logger, which over a ``PrintLogger`` has no ``isEnabledFor``.
+    """
+    for name in ("isEnabledFor", "is_enabled_for"):
+        if inspect.getattr_static(type(logger), name, None) is None:
+            continue
+        check: Callable[[int], bool] = getattr(logger, name)
+        try:
+            check(logging.INFO)
+        except AttributeError:
+            return None
+        return check
+    return None
 
 
 def emit_transition(transition: StateChange) -> None:

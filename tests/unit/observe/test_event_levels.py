@@ -127,3 +127,27 @@ def test_a_fixed_level_is_decided_once_per_configuration(monkeypatch):
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     assert events.logger_for(logging.INFO) is not None
     assert len(resolved) == 3
+
+
+@pytest.mark.parametrize(
+    "wrapper_class",
+    [structlog.BoundLogger, structlog.stdlib.BoundLogger],
+    ids=["generic", "stdlib-over-print"],
+)
+def test_a_bound_logger_without_a_level_check_logs_every_try(harness, wrapper_class):
+    """structlog's generic BoundLogger forwards any name it lacks to the wrapped logger as a log
+    call, and its stdlib BoundLogger asks the wrapped logger's isEnabledFor: over a PrintLogger
+    neither can say a level is on. structlog logs through both; each try is logged, and the
+    call is answered, where asking them raised AttributeError from every call."""
+    stream = io.StringIO()
+    structlog.configure(
+        processors=[structlog.processors.JSONRenderer()],
+        wrapper_class=wrapper_class,
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+    )
+    h = harness()
+    outcome, transport = h.run(503, 200)
+    assert outcome.response is not None
+    assert outcome.response.status_code == 200
+    assert transport.calls == 2
+    assert _events(stream) == ["http.try", "http.try"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import resilient_session._state
 from resilient_session import ResilientSession
 from resilient_session._state.breaker import BreakerState
 from resilient_session._state.limit import Signal
@@ -21,7 +22,9 @@ from resilient_session.testing import FakeClock, ScriptedTransport
 pytestmark = pytest.mark.httpx
 
 URL = "http://api.test/items"
-STATE = Path(__file__).resolve().parents[3] / "src" / "resilient_session" / "_state"
+# The package the tests import, not the checkout's src/: the unit tier also runs against an
+# installed copy, beside which there is no src/.
+STATE = Path(resilient_session._state.__file__).resolve().parent
 
 
 def shared(clock: FakeClock, **defaults: object) -> tuple[HostRegistry, ResilientSession]:
