@@ -11,7 +11,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from resilient_session import fallback_of
+from resilient_session import fallback_of, settings
 from resilient_session._observe.hooks import TryRecord, TrySending
 from resilient_session._state.fallback import FailedCall
 from resilient_session.httpx import AsyncResilientClient, ResilientClient, ResilientTransport
@@ -202,6 +202,18 @@ async def test_a_hedge_answers_first_and_the_first_try_is_cancelled(clock: FakeC
     told = sorted((r.attempt, r.status, r.decision, r.reason, r.hedge) for r in hook.records)
     assert told == [(1, None, "cancelled", "hedge_lost", False), (2, 200, "success", "ok", True)]
     assert state.limit is None or state.limit.snapshot().in_flight == 0
+
+
+async def test_a_calls_settings_set_its_hedge_delay(clock: FakeClock):
+    """Under settings(hedging={"delay": 0.2}) the async race waits 0.2 s before its hedge,
+    not the host's 0.05; the next call waits the host's again."""
+    async with AsyncResilientClient(HEDGED, transport=Race(), clock=clock) as c:
+        with settings(hedging={"delay": 0.2}), anyio.fail_after(5):
+            assert (await c.get(URL)).text == "try 2"
+        tuned = list(clock.sleeps)
+        with anyio.fail_after(5):
+            assert (await c.get(URL)).text == "try 2"
+    assert (tuned, clock.sleeps[len(tuned) :]) == ([0.2], [0.05])
 
 
 async def test_a_post_is_not_hedged(clock: FakeClock):
