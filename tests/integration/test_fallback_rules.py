@@ -28,7 +28,9 @@ from resilient_session import (
     log_json_lines,
     settings,
 )
+from resilient_session.inbound import WSGIMiddleware
 from resilient_session.testing.upstream import FlakyUpstream, Reply, refused_url
+from tests.integration.servers import waitress_server
 
 pytestmark = pytest.mark.integration
 
@@ -360,3 +362,33 @@ def test_settings_errors_name_the_key_before_anything_is_sent(
     with pytest.raises(ConfigError, match="^resilience" + message.removeprefix("settings")):
         session.get(upstream.url("/e"), resilience=sections)
     assert upstream.hits("/e") == 0
+
+
+def test_no_fallback_in_a_service_whose_caller_retries(upstream, sessions):
+    """B, behind WSGIMiddleware on waitress, calls a C that answers 503, with a fallback: for
+    a request its caller will retry (X-Request-Attempt: 1; max=3) B makes one try and passes
+    the 503 on, its fallback silent; on the caller's last attempt (3; max=3) B's tries are
+    spent and its fallback answers."""
+    upstream.script("/c", Reply(503))
+    fallback = Recorder(_default)
+    session = _session(sessions, fn=fallback, retry={**FAST, "max_attempts": 3})
+
+    def b(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        response = session.get(upstream.url("/c"))
+        info = fallback_of(response)
+        source = "network" if info is None else info.source.value
+        start_response(f"{response.status_code} B", [("X-Answered-By", source)])
+        return [response.content]
+
+    with waitress_server(WSGIMiddleware(b)) as b_url:
+        first = requests.get(b_url, headers={"X-Request-Attempt": "1; max=3"}, timeout=10)
+        assert (first.status_code, first.headers["X-Answered-By"]) == (503, "network")
+        assert (upstream.hits("/c"), fallback.told) == (1, [])
+        last = requests.get(b_url, headers={"X-Request-Attempt": "3; max=3"}, timeout=10)
+    assert (last.status_code, last.headers["X-Answered-By"], last.content) == (
+        200,
+        "callable",
+        b"default",
+    )
+    assert upstream.hits("/c") == 4
+    assert [failed.reason for failed in fallback.told] == ["max_attempts"]
