@@ -22,6 +22,7 @@ from resilient_session import (
     ConfigError,
     FailedCall,
     FallbackInfo,
+    ResilientAdapter,
     ResilientSession,
     ResponseTooLarge,
     fallback_of,
@@ -392,3 +393,20 @@ def test_no_fallback_in_a_service_whose_caller_retries(upstream, sessions):
     )
     assert upstream.hits("/c") == 4
     assert [failed.reason for failed in fallback.told] == ["max_attempts"]
+
+
+def test_a_resilient_adapter_on_a_plain_session_runs_its_fallback(upstream):
+    """ResilientAdapter(config, fallback=fn) mounted on requests.Session: a 503 after its tries
+    is answered by fn, marked, counted in the adapter's registry."""
+    upstream.script("/a", Reply(503))
+    fallback = Recorder(_default)
+    adapter = ResilientAdapter(
+        {"defaults": {"retry": {**FAST, "max_attempts": 2}}}, fallback=fallback
+    )
+    with requests.Session() as plain:
+        plain.mount("http://", adapter)
+        response = plain.get(upstream.url("/a"), timeout=10)
+    assert (response.status_code, response.content, upstream.hits("/a")) == (200, b"default", 2)
+    assert [(f.reason, f.response.status_code) for f in fallback.told] == [("max_attempts", 503)]
+    assert _mark(response).source.value == "callable"
+    assert adapter.registry.health()[upstream.base_url].fallbacks == 1
