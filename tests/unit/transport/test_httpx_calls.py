@@ -124,6 +124,25 @@ def test_a_sync_call_that_fails_is_answered_by_the_fallback(clock: FakeClock):
     assert (response.text, len(seen)) == ("fallback for max_attempts", 3)
 
 
+def test_a_body_over_the_cap_is_told_response_too_large(clock: FakeClock):
+    """A 200 over retry.max_response_bytes through ResilientClient: the fallback is told
+    response_too_large and the 200, as on the requests path."""
+    told: list[FailedCall] = []
+
+    def standing_in_for(failed: FailedCall) -> httpx.Response:
+        told.append(failed)
+        return standing_in(failed)
+
+    config = {"defaults": {"retry": {"max_attempts": 1, "max_response_bytes": 10}}}
+    big = httpx.MockTransport(lambda request: httpx.Response(200, content=b"x" * 100))
+    with ResilientClient(config, transport=big, clock=clock, fallback=standing_in_for) as c:
+        response = c.get(URL)
+    assert response.text == "fallback for response_too_large"
+    assert [(f.reason, f.response.status_code, type(f.error).__name__) for f in told] == [
+        ("response_too_large", 200, "ResponseTooLarge")
+    ]
+
+
 STALE = {"defaults": {"retry": {"max_attempts": 1}, "fallback": {"stale": {"enabled": True}}}}
 
 
