@@ -29,6 +29,7 @@ from resilient_session import (
     log_json_lines,
     settings,
 )
+from resilient_session.config import load
 from resilient_session.inbound import WSGIMiddleware
 from resilient_session.testing.upstream import FlakyUpstream, Reply, refused_url
 from tests.integration.servers import waitress_server
@@ -410,3 +411,25 @@ def test_a_resilient_adapter_on_a_plain_session_runs_its_fallback(upstream):
     assert [(f.reason, f.response.status_code) for f in fallback.told] == [("max_attempts", 503)]
     assert _mark(response).source.value == "callable"
     assert adapter.registry.health()[upstream.base_url].fallbacks == 1
+
+
+def test_assigning_a_config_starts_the_stale_store_afresh(upstream, sessions):
+    """docs/decisions.md: per-host state does not carry over session.config = ..., the answers
+    kept included; the callable given to the session does, on the new policies."""
+    upstream.script("/s", Reply(200, body=b"kept"), Reply(503))
+    fallback = Recorder()
+    session = _session(sessions, fn=fallback, stale={})
+    session.get(upstream.url("/s"))
+    assert session.health()[upstream.base_url].stale_entries == 1
+    session.config = load(
+        {
+            "defaults": {
+                "retry": {**FAST, "max_attempts": 2},
+                "fallback": {"stale": {"enabled": True}},
+            }
+        }
+    )
+    response = session.get(upstream.url("/s"))
+    assert (response.status_code, fallback_of(response), upstream.hits("/s")) == (503, None, 3)
+    assert [(f.reason, f.response.status_code) for f in fallback.told] == [("max_attempts", 503)]
+    assert session.health()[upstream.base_url].stale_entries == 0
