@@ -14,7 +14,7 @@ from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict
-from ._pipeline.call import start_call
+from ._pipeline.call import call_view, start_call
 from ._pipeline.call_stage import Run, first_and_retries
 from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next
@@ -29,6 +29,7 @@ from ._transport.requests_wire import REQUESTS_WIRE
 from ._transport.watched import watch_pools
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Config, load
+from .config.per_call import current_overrides
 from .errors import ResponseTooLarge
 
 _new_tuple = tuple.__new__
@@ -143,9 +144,15 @@ class ResilientAdapter(HTTPAdapter):
         return watch_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
 
     def _build_capped(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
-        """``build_response``, holding the body to the host's ``retry.max_response_bytes``."""
+        """``build_response``, holding the body to the call's ``retry.max_response_bytes``:
+        the host's, or the one the call's settings put over it."""
         response = super().build_response(req, resp)
-        cap = self._registry.for_url(req.url or "").policy.retry.max_response_bytes
+        state = self._registry.for_url(req.url or "")
+        # Read on the call's own thread (a hedge's runs in a copy of the call's context), as
+        # start_call read it: the same settings, so the same policy.
+        overrides = current_overrides()
+        policy = state.policy if overrides is None else call_view(state, overrides)[0]
+        cap = policy.retry.max_response_bytes
         if cap is not None:
             limit_body(response, cap, self._registry.runtime.redact)
         return response

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from resilient_session._observe.events import emit_fallback
 from resilient_session._observe.hooks import CallEndHook, unwatch_call, watch_call
-from resilient_session._state.fallback import FailedCall, FallbackInfo, FallbackSource
+from resilient_session._state.fallback import (
+    RESPONSE_TOO_LARGE,
+    FailedCall,
+    FallbackInfo,
+    FallbackSource,
+)
 
 from .attempt import Call, Outcome
 from .intent import caller_retries
@@ -25,8 +30,9 @@ if TYPE_CHECKING:
     from .call_stage import Run
     from .wire import Answer
 
-# A status that says the host failed the call (DESIGN: 5xx, 408 or an overload status); any
-# other 4xx is the caller's to see, and no fallback stands in for it.
+# A status that says the host failed the call (DESIGN: 5xx, 408 or an overload status, and
+# any other a tier retries, as 425 by default); a 4xx no tier retries is the caller's to see,
+# and no fallback stands in for it.
 _TIMED_OUT = 408
 
 _STALE = FallbackSource.STALE
@@ -107,12 +113,16 @@ class FallbackCalls:
         while final.fallback is not None:  # refused or unreached: what the caller gets
             final = final.fallback
         answer = final.response
-        if final.error is None and answer is not None and not _failed(answer.status_code, call):
+        answered_well = answer is not None and not _failed(answer.status_code, call)
+        if answered_well and final.error is None:
             return None  # a refused retry after an answer of the caller's to see
         if caller_retries():
             return None  # the outermost layer's fallback applies
-        reason = outcome.decision.reason.value
-        return FailedCall(call.request, call.state.host, reason, final.response, final.error)
+        # A transport keeps a well-answered response beside an error for one cause only: its
+        # body was over retry.max_response_bytes. The try's own reason is its status's (ok for
+        # a 200), which says nothing of why the call fails.
+        reason = RESPONSE_TOO_LARGE if answered_well else outcome.decision.reason.value
+        return FailedCall(call.request, call.state.host, reason, answer, final.error)
 
     def _ask(self, failure: FailedCall) -> Any:
         """The ``fallback=`` callable's value for *failure* (None without one); an error it
@@ -196,8 +206,12 @@ class FallbackCalls:
 
 
 def _failed(status: int, call: Call) -> bool:
-    """Whether an answer with *status* is the host's failure: 5xx, 408 or overload."""
-    return status >= 500 or status == _TIMED_OUT or status in call.policy.retry.overload_statuses
+    """Whether an answer with *status* is the host's failure: 5xx, 408, overload, or another
+    status a tier retries."""
+    if status >= 500 or status == _TIMED_OUT:
+        return True
+    retry = call.policy.retry
+    return status in retry.overload_statuses or status in retry.transient_statuses
 
 
 def _tell(hooks: tuple[Any, ...], source: str | None) -> None:

@@ -44,9 +44,11 @@ class FailedCall:
         reason: the final ``http.try`` event's reason: ``breaker_open``, ``throttled``,
             ``concurrency_limit``, ``deadline_spent``, ``deadline``, ``budget_exhausted``,
             ``max_attempts``, ``retry_after_too_long``, ``not_idempotent``,
-            ``body_not_replayable`` or ``not_retryable``: the reasons of the ``http.fallback``
-            event, and of docs/events.schema.json's ``http_fallback``.
-        response: the last answer from the network (a 5xx, 408 or overload status), or None.
+            ``body_not_replayable`` or ``not_retryable``; or ``response_too_large`` when the
+            host answered well but the body was over ``retry.max_response_bytes``: the reasons
+            of the ``http.fallback`` event, and of docs/events.schema.json's ``http_fallback``.
+        response: the last answer from the network (a 5xx, 408, overload or other status a
+            tier retries; or the answer whose body was too large), or None.
         error: the exception the call would raise, or None when it would return *response*.
     """
 
@@ -64,6 +66,12 @@ class FailedCall:
             f"FailedCall(request={self.request!r}, host={self.host!r}, reason={self.reason!r}, "
             f"response={self.response!r}, error={error})"
         )
+
+
+# The reason a fallback is told when the host answered well but the call would raise because
+# the body was over ``retry.max_response_bytes``: no ``http.try`` reason says it (that try's
+# decision is its status's own, ``ok`` for a 200), and the call fails for the size alone.
+RESPONSE_TOO_LARGE: Final = "response_too_large"
 
 
 # One private attribute on the response object, whatever its library: requests' Response and

@@ -106,6 +106,18 @@ class HedgeState:
         estimate = self._p95  # one attribute read: a stale estimate is still an estimate
         return None if estimate is None else max(FLOOR, estimate)
 
+    def delay_for(self, policy: HedgingPolicy) -> float | None:
+        """The delay of a call hedged under *policy*: the host's own (``delay()``) unless the
+        call's settings (``resilience=``, ``settings()``) set another; ``auto`` reads the
+        latencies this host learns, which a host with a fixed delay never does (None)."""
+        delay = policy.delay
+        if delay == self.policy.delay:
+            return self.delay()
+        if delay == "auto":
+            estimate = self._p95
+            return None if estimate is None else max(FLOOR, estimate)
+        return float(delay)
+
     def learn(self, seconds: float, delay: float | None, *, raced: bool, cut: bool) -> None:
         """What a hedged call's first try says of the host (the module's docstring has the
         rules): it took *seconds*, under *delay* (None: no hedge could follow it); *raced*

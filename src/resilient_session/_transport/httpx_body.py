@@ -155,7 +155,7 @@ def checked(
     """Put *response*'s body under the host's cap and, when *deadline_at* is given, the
     deadline, read by awaiting when *awaited* (a body of bytes is both kinds of stream, and
     only the caller knows which it reads); None (nothing done) when neither applies."""
-    limit = call.state.policy.retry.max_response_bytes
+    limit = call.policy.retry.max_response_bytes  # the call's own: settings() may set it
     if limit is None and deadline_at is None:
         return None
     rules = Rules(call, request, response, limit, deadline_at)

@@ -203,7 +203,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         stream = call.stream
         deadline_at = None if stream else call.deadline_at
         # hot path: unchecked-body
-        if deadline_at is None and call.state.policy.retry.max_response_bytes is None:
+        if deadline_at is None and call.policy.retry.max_response_bytes is None:
             rules = None
         else:
             rules = checked(call, sent, response, deadline_at)
@@ -291,7 +291,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         stream = call.stream
         deadline_at = None if stream else call.deadline_at
         # hot path: unchecked-body
-        if deadline_at is None and call.state.policy.retry.max_response_bytes is None:
+        if deadline_at is None and call.policy.retry.max_response_bytes is None:
             rules = None
         else:
             rules = checked(call, sent, response, deadline_at, awaited=True)

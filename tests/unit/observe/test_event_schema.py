@@ -19,6 +19,7 @@ from resilient_session import (
     DeadlineExceeded,
     Reason,
     ResilientSession,
+    ResponseTooLarge,
     Verdict,
     deadline,
     log_json_lines,
@@ -169,3 +170,26 @@ def test_the_events_of_a_route_match_the_schema(validator, clock):
     assert not validator.is_valid({key: v for key, v in routed.items() if key != "route"})
     assert not validator.is_valid({**routed, "route": "items/*"})
     assert not validator.is_valid({**events[0], "route": 3})
+
+
+def test_a_body_over_the_cap_is_a_success_carrying_its_error(validator, clock):
+    """A 200 whose body is over retry.max_response_bytes is logged success/ok with error
+    ResponseTooLarge (docs/events.md), and validates; a success with any other error does not."""
+    stream = io.StringIO()
+    log_json_lines(stream)
+    config = {"defaults": {"retry": {"max_attempts": 1, "max_response_bytes": 10}}}
+    session = ResilientSession(config, clock=clock)
+    with responses.RequestsMock() as mock:
+        mock.add(responses.GET, ITEMS, status=200, body=b"x" * 100)
+        with pytest.raises(ResponseTooLarge):
+            session.get(BASE)
+    (event,) = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert (event["status"], event["error"], event["decision"], event["reason"]) == (
+        200,
+        "ResponseTooLarge",
+        "success",
+        "ok",
+    )
+    assert [error.message for error in validator.iter_errors(event)] == []
+    assert not validator.is_valid({**event, "error": "ConnectionError"})
+    assert not validator.is_valid({**event, "error": "ResponseTooLarge", "status": None})

@@ -17,7 +17,7 @@ from resilient_session import Reason, log_json_lines
 from resilient_session._observe.events import emit_fallback
 from resilient_session._observe.otel_metrics import FALLBACK_ATTRIBUTE
 from resilient_session._observe.redact import sensitive_names
-from resilient_session._state.fallback import FailedCall
+from resilient_session._state.fallback import RESPONSE_TOO_LARGE, FailedCall
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[3] / "docs" / "events.schema.json").read_text("utf-8")
@@ -88,10 +88,12 @@ def test_the_schema_refuses_what_no_fallback_event_holds(change):
 
 
 def test_the_schema_reasons_are_the_failing_reasons_of_http_try():
-    """http.fallback's reasons are exactly the code's reasons a failed call ends with."""
+    """http.fallback's reasons are exactly the code's reasons a failed call ends with, and
+    response_too_large for a good answer whose body was over the cap."""
     reasons = SCHEMA["$defs"]["http_fallback"]["properties"]["reason"]["enum"]
-    assert set(reasons) == {reason.value for reason in Reason} - NOT_FAILURES
-    assert len(reasons) == 11
+    failing = {reason.value for reason in Reason} - NOT_FAILURES
+    assert set(reasons) == failing | {RESPONSE_TOO_LARGE}
+    assert len(reasons) == 12
 
 
 def test_nothing_is_logged_below_warning_or_unconfigured(capsys):

@@ -68,6 +68,20 @@ def test_a_fixed_delay_holds_from_the_first_call():
     assert state.delay() == 0.05
 
 
+def test_a_calls_own_delay_is_its_own_or_the_hosts_learnt_one():
+    """A call whose settings keep the host's delay gets the host's; a fixed one its own; auto
+    the p95 the host learns, or None on a host with a fixed delay, which learns none."""
+    learnt = _fed(*[0.3] * MIN_SAMPLES)
+    auto, fixed = HedgingPolicy(enabled=True), HedgingPolicy(enabled=True, delay=0.5)
+    assert (learnt.delay_for(auto), learnt.delay_for(fixed)) == (learnt.delay(), 0.5)
+    assert learnt.delay() == 0.3
+    steady = HedgeState(HedgingPolicy(enabled=True, delay=0.05))
+    for _ in range(100):
+        steady.learn(2.0, 0.05, raced=False, cut=False)
+    assert (steady.delay_for(steady.policy), steady.delay_for(fixed)) == (0.05, 0.5)
+    assert steady.delay_for(auto) is None
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=0, max_value=60), min_size=MIN_SAMPLES, max_size=600))
 def test_auto_stays_between_the_floor_and_the_slowest_recent_try(latencies):

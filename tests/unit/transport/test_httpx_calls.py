@@ -11,7 +11,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from resilient_session import fallback_of
+from resilient_session import fallback_of, settings
 from resilient_session._observe.hooks import TryRecord, TrySending
 from resilient_session._state.fallback import FailedCall
 from resilient_session.httpx import AsyncResilientClient, ResilientClient, ResilientTransport
@@ -124,6 +124,25 @@ def test_a_sync_call_that_fails_is_answered_by_the_fallback(clock: FakeClock):
     assert (response.text, len(seen)) == ("fallback for max_attempts", 3)
 
 
+def test_a_body_over_the_cap_is_told_response_too_large(clock: FakeClock):
+    """A 200 over retry.max_response_bytes through ResilientClient: the fallback is told
+    response_too_large and the 200, as on the requests path."""
+    told: list[FailedCall] = []
+
+    def standing_in_for(failed: FailedCall) -> httpx.Response:
+        told.append(failed)
+        return standing_in(failed)
+
+    config = {"defaults": {"retry": {"max_attempts": 1, "max_response_bytes": 10}}}
+    big = httpx.MockTransport(lambda request: httpx.Response(200, content=b"x" * 100))
+    with ResilientClient(config, transport=big, clock=clock, fallback=standing_in_for) as c:
+        response = c.get(URL)
+    assert response.text == "fallback for response_too_large"
+    assert [(f.reason, f.response.status_code, type(f.error).__name__) for f in told] == [
+        ("response_too_large", 200, "ResponseTooLarge")
+    ]
+
+
 STALE = {"defaults": {"retry": {"max_attempts": 1}, "fallback": {"stale": {"enabled": True}}}}
 
 
@@ -202,6 +221,18 @@ async def test_a_hedge_answers_first_and_the_first_try_is_cancelled(clock: FakeC
     told = sorted((r.attempt, r.status, r.decision, r.reason, r.hedge) for r in hook.records)
     assert told == [(1, None, "cancelled", "hedge_lost", False), (2, 200, "success", "ok", True)]
     assert state.limit is None or state.limit.snapshot().in_flight == 0
+
+
+async def test_a_calls_settings_set_its_hedge_delay(clock: FakeClock):
+    """Under settings(hedging={"delay": 0.2}) the async race waits 0.2 s before its hedge,
+    not the host's 0.05; the next call waits the host's again."""
+    async with AsyncResilientClient(HEDGED, transport=Race(), clock=clock) as c:
+        with settings(hedging={"delay": 0.2}), anyio.fail_after(5):
+            assert (await c.get(URL)).text == "try 2"
+        tuned = list(clock.sleeps)
+        with anyio.fail_after(5):
+            assert (await c.get(URL)).text == "try 2"
+    assert (tuned, clock.sleeps[len(tuned) :]) == ([0.2], [0.05])
 
 
 async def test_a_post_is_not_hedged(clock: FakeClock):

@@ -102,7 +102,7 @@ class _TaskRace:
         call, hedge = self._call, self._hedge
         policy = call.policy
         most = min(policy.retry.max_attempts, policy.hedging.max_extra + 1)
-        delay = hedge.delay()
+        delay = hedge.delay_for(policy.hedging)
         clock = call.runtime.clock
         started = clock.monotonic()
         took: list[float] = []

@@ -80,7 +80,7 @@ class Race:
     ) -> None:
         self.call = call
         self.hedge = hedge
-        self._delay = hedge.delay()
+        self._delay = hedge.delay_for(call.policy.hedging)
         self._chain = chain
         self._context = context
         self._lock = threading.Lock()
