@@ -13,7 +13,7 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
-from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Outcome, Verdict
+from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict
 from ._pipeline.call import call_view, start_call
 from ._pipeline.call_stage import Run, first_and_retries
 from ._pipeline.chains import call_chain
@@ -223,6 +223,12 @@ class ResilientAdapter(HTTPAdapter):
             return Outcome(exc.response, exc)
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
+        if call.policy is not call.state.policy:
+            # Settings of the call's own (resilience=, settings()): a cap of its own holds its
+            # body on a session whose config caps no host, which builds no capped response.
+            over = self._own_cap(call, response)
+            if over is not None:
+                return Outcome(response, over)
         if attempt.cookies is not None:
             self._keep_cookies(attempt.cookies)
         if not call.stream:
@@ -243,6 +249,19 @@ class ResilientAdapter(HTTPAdapter):
             return _new_tuple(Outcome, (response, None, ANSWERED, None, _CLOSED, None))
         # hot path: positional-tuples
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
+
+    def _own_cap(self, call: Call, response: requests.Response) -> ResponseTooLarge | None:
+        """Hold *response*'s body to the cap *call*'s own settings give it, when this adapter
+        builds uncapped responses (``_build_capped`` applies a call's own cap itself); the
+        error of a body that declares more, its connection closed unread."""
+        cap = call.policy.retry.max_response_bytes
+        if cap is None or "build_response" in self.__dict__:
+            return None
+        try:
+            limit_body(response, cap, call.runtime.redact)
+        except ResponseTooLarge as exc:
+            return exc
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = dict(super().__getstate__())  # type: ignore[misc]  # not in the stubs

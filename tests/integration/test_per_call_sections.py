@@ -122,6 +122,24 @@ def test_the_size_cap_is_the_calls(upstream: FlakyUpstream, session_of, host_cap
             session.get(url)
 
 
+def test_a_calls_own_cap_holds_on_a_session_that_caps_no_host(upstream: FlakyUpstream, session_of):
+    """A session whose config caps no host builds uncapped responses; a call's own cap holds
+    its body all the same, declared (Content-Length) or read, and the next call is uncapped."""
+    upstream.script("/big", Reply(200, body=BIG), cycle=True)
+    session = session_of()
+    url = upstream.url("/big")
+    own = {"retry": {"max_response_bytes": 1000}}
+    with pytest.raises(ResponseTooLarge):
+        session.get(url, resilience=own)
+    with pytest.raises(ResponseTooLarge):
+        _inside(own, lambda: session.get(url))
+    with pytest.raises(ResponseTooLarge):
+        session.get(url, stream=True, resilience=own).content  # noqa: B018 - the read raises
+    assert session.get(url, resilience={"retry": {"max_response_bytes": 100_000}}).content == BIG
+    assert session.get(url).content == BIG
+    assert upstream.hits("/big") == 5
+
+
 def test_the_size_cap_is_the_calls_on_httpx(upstream: FlakyUpstream):
     """The same through ResilientClient: settings() tighten a host's cap, and put one on a
     host that has none."""
