@@ -22,11 +22,10 @@ from resilient_session import (
 )
 from resilient_session._pipeline import intent
 from resilient_session.testing.upstream import FlakyUpstream, Reply
+from tests.integration.retry_settings import FAST, ONE_TRY
 
 pytestmark = pytest.mark.integration
 
-FAST = {"backoff_base": 0.01, "backoff_cap": 0.02}
-ONE_TRY = {**FAST, "max_attempts": 1}
 BREAKER = {"failure_threshold": 2, "recovery_timeout": 60}
 
 

@@ -32,12 +32,11 @@ from resilient_session import (
 from resilient_session.config import load
 from resilient_session.inbound import WSGIMiddleware
 from resilient_session.testing.upstream import FlakyUpstream, Reply, refused_url
+from tests.integration.retry_settings import FAST, ONE_TRY
 from tests.integration.servers import waitress_server
 
 pytestmark = pytest.mark.integration
 
-FAST = {"backoff_base": 0.01, "backoff_cap": 0.02}
-ONE_TRY = {**FAST, "max_attempts": 1}
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[2] / "docs" / "events.schema.json").read_text("utf-8")
 )

@@ -21,11 +21,10 @@ from resilient_session import (
 )
 from resilient_session.httpx import ResilientClient
 from resilient_session.testing.upstream import FlakyUpstream, Reply
+from tests.integration.retry_settings import FAST, ONE_TRY
 
 pytestmark = pytest.mark.integration
 
-FAST = {"backoff_base": 0.01, "backoff_cap": 0.02}
-ONE_TRY = {**FAST, "max_attempts": 1}
 BIG = b"x" * 5000
 
 
