@@ -170,10 +170,11 @@ class HttpxWire:
     ) -> httpx.Request:
         """A copy of *request* sending the ``(name, value)`` *pairs* too (a name of another
         case replaced). Always a copy, *first* or not: httpx's client builds a redirect hop
-        and an auth flow's next request from the request it handed the transport, and reads
-        its headers again once the answer is in (its cookie jar reads each of them: the
-        header written into it rather than a copy cost ~11,000 instructions a call more, not
-        less), and a mock (respx, pytest-httpx) keeps each try's."""
+        and an auth flow's next request from the request it handed the transport and hands
+        that request back on the answer, and a mock (respx, pytest-httpx) keeps each try's.
+        Written into the request instead, the header cost ~11,000 instructions a call more
+        under httpx's own cookie jar, which reads every header again once the answer is in,
+        and saved ~2,600 under the resilient clients' (docs/architecture.md, "Hot path")."""
         sent = copied_request(request)
         sent.headers = headers_with(request.headers, pairs)
         return sent
