@@ -14,7 +14,7 @@ from requests.cookies import RequestsCookieJar
 
 from ._observe.hooks import TryHook
 from ._pipeline.attempt import ANSWERED, UNDECIDED, Attempt, Call, Outcome, Verdict
-from ._pipeline.call import call_view, start_call
+from ._pipeline.call import start_call
 from ._pipeline.call_stage import Run, first_and_retries
 from ._pipeline.chains import call_chain
 from ._pipeline.drive import Next
@@ -144,15 +144,14 @@ class ResilientAdapter(HTTPAdapter):
         return watch_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
 
     def _build_capped(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
-        """``build_response``, holding the body to the call's ``retry.max_response_bytes``:
-        the host's, or the one the call's settings put over it."""
+        """``build_response``, holding the body to the host's ``retry.max_response_bytes``.
+        A call with settings of its own is held to its own cap by ``_own_cap`` instead, from
+        the policy ``start_call`` made for it (read on the call's own thread, or in a hedge's
+        copy of its context: the same settings)."""
         response = super().build_response(req, resp)
-        state = self._registry.for_url(req.url or "")
-        # Read on the call's own thread (a hedge's runs in a copy of the call's context), as
-        # start_call read it: the same settings, so the same policy.
-        overrides = current_overrides()
-        policy = state.policy if overrides is None else call_view(state, overrides)[0]
-        cap = policy.retry.max_response_bytes
+        if current_overrides() is not None:
+            return response
+        cap = self._registry.for_url(req.url or "").policy.retry.max_response_bytes
         if cap is not None:
             limit_body(response, cap, self._registry.runtime.redact)
         return response
@@ -224,8 +223,8 @@ class ResilientAdapter(HTTPAdapter):
         except Exception as exc:  # noqa: BLE001 - errors travel as values; unwrap re-raises
             return Outcome(error=exc)
         if call.policy is not call.state.policy:
-            # Settings of the call's own (resilience=, settings()): a cap of its own holds its
-            # body on a session whose config caps no host, which builds no capped response.
+            # Settings of the call's own (resilience=, settings()): its policy's cap holds its
+            # body, on any session (the host's, which _build_capped applies, may differ).
             over = self._own_cap(call, response)
             if over is not None:
                 return Outcome(response, over)
@@ -251,11 +250,10 @@ class ResilientAdapter(HTTPAdapter):
         return _new_tuple(Outcome, (response, None, UNDECIDED, None, None, None))
 
     def _own_cap(self, call: Call, response: requests.Response) -> ResponseTooLarge | None:
-        """Hold *response*'s body to the cap *call*'s own settings give it, when this adapter
-        builds uncapped responses (``_build_capped`` applies a call's own cap itself); the
-        error of a body that declares more, its connection closed unread."""
+        """Hold *response*'s body to the cap of *call*'s own policy, if any; the error of a
+        body that declares more, its connection closed unread."""
         cap = call.policy.retry.max_response_bytes
-        if cap is None or "build_response" in self.__dict__:
+        if cap is None:
             return None
         try:
             limit_body(response, cap, call.runtime.redact)
